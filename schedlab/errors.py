@@ -1,0 +1,27 @@
+"""One family of errors: every message names the field and says how to fix it."""
+
+from __future__ import annotations
+
+
+class SchedlabError(Exception):
+    """Base class of every error schedlab raises on purpose."""
+
+
+class InputError(SchedlabError, ValueError):
+    """A round input is malformed; `problems` lists one message per bad field."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("invalid round input:\n  - " + "\n  - ".join(self.problems))
+
+
+class VerificationError(SchedlabError):
+    """An allocation broke a rule of the round (capacity, bounds, one config per job)."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("allocation failed verification:\n  - " + "\n  - ".join(self.problems))
+
+
+class SolverError(SchedlabError):
+    """A solver is unknown, unavailable, or failed without a usable answer."""

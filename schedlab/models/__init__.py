@@ -1,0 +1,1 @@
+"""Performance models: the physics of jobs and hardware. Knows nothing of solvers."""

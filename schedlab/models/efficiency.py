@@ -1,0 +1,87 @@
+"""Statistical efficiency from the gradient noise scale, goodput, and the best batch size.
+
+Pollux (OSDI'21, section 3.1): with total batch M, initial batch M0, scale s = M / M0 and
+gradient statistics sqr = |E g|^2, var = per-example variance at M0,
+
+    gain(M)       = (var + sqr) / (var / s + sqr)       progress per step, in M0-steps
+    efficiency(M) = gain(M) / s                          (= (phi + M0) / (phi + M), phi = M0 var/sqr)
+    goodput       = throughput(M) * efficiency(M)        M0-equivalent examples per second
+
+The best batch for a shape (nodes, replicas) searches 50 total batch sizes on a geometric grid
+in [max(M0, min_local * r), max_bsz], splitting a local batch above max_local into gradient
+accumulation steps, exactly as Pollux's GoodputFunction.optimize does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from schedlab.models.throughput import throughput
+from schedlab.state import BatchLimits, GradStats, ThroughputParams
+
+BATCH_GRID_POINTS = 50
+_EPS = 1e-8  # tolerance of Pollux's floor/ceil on batch sizes
+
+
+def gain(grad: GradStats, init_bsz: float, total_bsz):
+    scale = np.asarray(total_bsz, dtype=float) / init_bsz
+    denom = grad.var / scale + grad.sqr
+    return np.where(denom > 0, (grad.var + grad.sqr) / np.where(denom > 0, denom, 1.0), 1.0)
+
+
+def efficiency(grad: GradStats, init_bsz: float, total_bsz):
+    return gain(grad, init_bsz, total_bsz) / (np.asarray(total_bsz, dtype=float) / init_bsz)
+
+
+def goodput(params, grad, init_bsz, num_nodes, num_replicas, local_bsz, accum_steps=0):
+    total = np.asarray(num_replicas) * np.asarray(local_bsz) * (np.asarray(accum_steps) + 1)
+    return throughput(params, num_nodes, num_replicas, local_bsz, accum_steps) * efficiency(
+        grad, init_bsz, total
+    )
+
+
+@dataclass(frozen=True)
+class BatchChoice:
+    """Best batch per shape, as arrays aligned with the shapes asked for (goodput 0 = none)."""
+
+    goodput: np.ndarray
+    local_bsz: np.ndarray
+    accum_steps: np.ndarray
+
+
+def split_local_batch(local_bsz, num_replicas, init_bsz, max_local_bsz):
+    """Split a per-GPU batch into (micro-batch, accumulation steps) within max_local_bsz."""
+    local_bsz = np.asarray(local_bsz, dtype=float)
+    accum = np.ceil(local_bsz / max_local_bsz - _EPS) - 1
+    # One replica estimates gradient noise only across micro-batches: Pollux forces one.
+    accum = np.where((num_replicas == 1) & (local_bsz > init_bsz + _EPS), np.maximum(accum, 1), accum)
+    accum = accum.astype(int)
+    micro = np.ceil(local_bsz / (accum + 1) - _EPS).astype(int)
+    return micro, accum
+
+
+def best_batch(params: ThroughputParams, grad: GradStats, limits: BatchLimits, num_nodes, num_replicas, fixed_bsz=0) -> BatchChoice:
+    """Best goodput over total batch sizes for each (nodes, replicas) shape.
+
+    Every field of params, grad and limits may be a scalar or an array aligned with the
+    shapes, so that all jobs' shapes of a round are valued in one vectorized call.
+    `fixed_bsz` > 0 evaluates that total batch only (jobs whose batch the user fixed).
+    """
+    n = np.atleast_1d(np.asarray(num_nodes, dtype=int))
+    r = np.atleast_1d(np.asarray(num_replicas, dtype=int))
+    fixed = np.broadcast_to(np.asarray(fixed_bsz, dtype=float), r.shape)
+    init_bsz, max_bsz = np.asarray(limits.init_bsz, float), np.asarray(limits.max_bsz, float)
+    lo = np.maximum(init_bsz, limits.min_local_bsz * r).astype(float)
+    hi = np.maximum(lo, max_bsz)
+    lo, hi = np.where(fixed > 0, fixed, lo), np.where(fixed > 0, fixed, hi)
+    total = np.geomspace(lo, hi, BATCH_GRID_POINTS)  # shape (points, shapes)
+    micro, accum = split_local_batch(total / r, r, init_bsz, limits.max_local_bsz)
+    good = goodput(params, grad, init_bsz, n, r, micro, accum)
+    valid = (micro >= limits.min_local_bsz) & (micro <= limits.max_local_bsz)
+    valid &= r * micro * (accum + 1) <= np.maximum(max_bsz, fixed) * (1 + _EPS)
+    good = np.where(valid, good, 0.0)
+    best = np.argmax(good, axis=0)
+    cols = np.arange(len(r))
+    return BatchChoice(good[best, cols], micro[best, cols], accum[best, cols])

@@ -1,0 +1,133 @@
+"""Application profiles: what the round model needs to know about each shipped model.
+
+A profile bundles, for one application of the Pollux artifact (measured on NVIDIA T4), the
+throughput parameters fitted to its measured tables, the gradient statistics of its first
+epoch at the initial batch, its batch limits and its completion epoch. The fitted parameters
+ship in data/pollux/profiles.json so that importing schedlab fits nothing; regenerate them
+with `python -m schedlab.models.profiles --refit` and tests check they match a fresh fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import pandas as pd
+
+from schedlab.models.throughput import (
+    MeasuredTable,
+    fit_throughput_params,
+    params_to_list,
+    rmsle,
+    step_time_s,
+)
+from schedlab.state import BatchLimits, GradStats, ThroughputParams
+
+POLLUX_GPU_TYPE = "t4"
+# Completion epochs and the yolov3 micro-batch cap are the artifact's (simulator/applications.py).
+MAX_EPOCHS = {"bert": 2, "cifar10": 100, "deepspeech2": 80, "imagenet": 90, "ncf": 10, "yolov3": 50}
+MAX_LOCAL_BSZ_OVERRIDE = {"yolov3": 8}
+APPLICATIONS = tuple(sorted(MAX_EPOCHS))
+
+
+@dataclass(frozen=True)
+class ApplicationProfile:
+    name: str
+    gpu_type: str
+    params: ThroughputParams
+    grad_stats: GradStats
+    batch: BatchLimits
+    max_epochs: int
+    fit_rmsle: float
+
+
+def data_dir() -> Path:
+    return Path(str(resources.files("schedlab") / "data"))
+
+
+def trace_dir(app: str) -> Path:
+    return data_dir() / "pollux" / "traces" / app
+
+
+def validation_tables(app: str) -> dict[int, pd.DataFrame]:
+    """validation-<bsz>.csv of one application, keyed by total batch size, ascending."""
+    tables = {int(p.stem.split("-")[1]): pd.read_csv(p) for p in trace_dir(app).glob("validation-*.csv")}
+    return dict(sorted(tables.items()))
+
+
+@cache
+def measured_table(app: str) -> MeasuredTable:
+    return MeasuredTable.from_dir(trace_dir(app))
+
+
+def fit_application(app: str) -> tuple[ThroughputParams, float]:
+    """Fit the throughput model to every measured point; return it and its step-time RMSLE."""
+    pts = measured_table(app).points()
+    params = fit_throughput_params(pts.num_nodes, pts.num_replicas, pts.local_bsz, pts.step_time, pts.sync_time)
+    pred = step_time_s(params, pts.num_nodes.to_numpy(), pts.num_replicas.to_numpy(), pts.local_bsz.to_numpy())
+    return params, rmsle(pred, pts.step_time.to_numpy())
+
+
+def _derive_profile(app: str, params: ThroughputParams, fit_error: float) -> ApplicationProfile:
+    validation = validation_tables(app)
+    init_bsz, max_bsz = min(validation), max(validation)
+    first_epoch = validation[init_bsz].iloc[0]
+    local = measured_table(app).placements.local_bsz
+    return ApplicationProfile(
+        name=app,
+        gpu_type=POLLUX_GPU_TYPE,
+        params=params,
+        grad_stats=GradStats(float(first_epoch.grad_sqr), float(first_epoch.grad_var)),
+        batch=BatchLimits(init_bsz, max_bsz, int(local.min()), MAX_LOCAL_BSZ_OVERRIDE.get(app, int(local.max()))),
+        max_epochs=MAX_EPOCHS[app],
+        fit_rmsle=fit_error,
+    )
+
+
+def _profiles_file() -> Path:
+    return data_dir() / "pollux" / "profiles.json"
+
+
+@cache
+def shipped_profiles() -> dict[str, ApplicationProfile]:
+    """The six Pollux applications, with their shipped fitted parameters."""
+    fitted = json.loads(_profiles_file().read_text())
+    return {
+        app: _derive_profile(app, ThroughputParams(*fitted[app]["params"]), fitted[app]["fit_rmsle"])
+        for app in APPLICATIONS
+    }
+
+
+def get_profile(name: str) -> ApplicationProfile:
+    profiles = shipped_profiles()
+    if name not in profiles:
+        raise KeyError(name)
+    return profiles[name]
+
+
+def refit() -> dict[str, dict]:
+    out = {}
+    for app in APPLICATIONS:
+        params, err = fit_application(app)
+        out[app] = {"params": params_to_list(params), "fit_rmsle": err}
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--refit", action="store_true", help="refit and rewrite profiles.json")
+    args = parser.parse_args(argv)
+    fitted = refit()
+    for app, v in fitted.items():
+        print(f"{app:12s} step-time RMSLE {v['fit_rmsle']:.4f}")
+    if args.refit:
+        _profiles_file().write_text(json.dumps(fitted, indent=2) + "\n")
+        print(f"wrote {_profiles_file()}")
+
+
+if __name__ == "__main__":
+    main()

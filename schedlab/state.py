@@ -1,0 +1,166 @@
+"""Plain, frozen dataclasses describing one scheduling round and its answer.
+
+Units are in the names: `_s` seconds, `_gpus` GPU counts, `_bsz` batch sizes in examples.
+Batch convention (Pollux): a job on `r` GPUs with per-GPU micro-batch `local_bsz` and
+`accum_steps` extra accumulation steps trains with total batch r * local_bsz * (accum_steps + 1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str
+    gpus: int
+    gpu_type: str = "default"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    nodes: tuple[Node, ...]
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.gpus for n in self.nodes)
+
+
+@dataclass(frozen=True, order=True)
+class GpuRef:
+    """One concrete GPU: the node's id and the GPU's index on that node."""
+
+    node: str
+    gpu: int
+
+
+@dataclass(frozen=True)
+class ThroughputParams:
+    """Pollux's 7-parameter step-time model (see schedlab.models.throughput)."""
+
+    alpha_c: float
+    beta_c: float
+    alpha_n: float
+    beta_n: float
+    alpha_r: float
+    beta_r: float
+    gamma: float
+
+
+@dataclass(frozen=True)
+class GradStats:
+    """Gradient statistics at the job's initial batch size: |E[g]|^2 and per-example variance."""
+
+    sqr: float
+    var: float
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    """Batch-size bounds of a job: initial (reference) batch, largest total, per-GPU range."""
+
+    init_bsz: int
+    max_bsz: int
+    min_local_bsz: int
+    max_local_bsz: int
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job as the round model sees it.
+
+    `throughput` maps GPU type -> fitted parameters; a job can only run on the types it has
+    parameters for. `current_gpus` is empty for a job that is not running.
+    """
+
+    id: str
+    throughput: dict[str, ThroughputParams]
+    grad_stats: GradStats
+    batch: BatchLimits
+    min_gpus: int = 1
+    max_gpus: int = 1
+    current_gpus: tuple[GpuRef, ...] = ()
+    age_s: float = 0.0
+    num_restarts: int = 0
+    fixed_bsz: int | None = None
+    restart_cost_s: float | None = None
+    application: str | None = None
+
+    @property
+    def running(self) -> bool:
+        return bool(self.current_gpus)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Policy settings of a round.
+
+    p: exponent of the power mean of speedups (1 = sum, -1 = Pollux, -0.5 = Sia,
+       -inf = max-min). restart_cost_s: Pollux's S in the restart factor
+       max(age - S * restarts, 0) / (age + S). unallocated_penalty: lambda, leaving a job
+       unallocated is worth lambda times less than its worst option (Sia's 1.1).
+    """
+
+    p: float = -1.0
+    restart_cost_s: float = 30.0
+    unallocated_penalty: float = 1.1
+    solver: str = "highs"
+    time_limit_s: float = 10.0
+    mip_gap: float = 1e-4
+    seed: int = 0
+
+    @property
+    def max_min(self) -> bool:
+        return math.isinf(self.p) and self.p < 0
+
+
+@dataclass(frozen=True)
+class RoundInput:
+    cluster: Cluster
+    jobs: tuple[JobSpec, ...]
+    settings: Settings = field(default_factory=Settings)
+
+
+@dataclass(frozen=True)
+class JobAllocation:
+    """What one job gets this round; `gpus` is empty when it is left unallocated."""
+
+    job_id: str
+    gpus: tuple[GpuRef, ...] = ()
+    total_bsz: int = 0
+    local_bsz: int = 0
+    accum_steps: int = 0
+    goodput: float = 0.0
+    speedup: float = 0.0
+    restarted: bool = False
+
+    @property
+    def num_gpus(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def num_nodes(self) -> int:
+        return len({g.node for g in self.gpus})
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """The answer of a round. status: optimal | time_limit (feasible, not proven) | fallback."""
+
+    allocations: tuple[JobAllocation, ...]
+    status: str
+    solver: str
+    objective: float
+    bound: float
+    gap: float
+    build_s: float
+    solve_s: float
+    verified: bool
+    message: str = ""
+
+    def allocation(self, job_id: str) -> JobAllocation:
+        for a in self.allocations:
+            if a.job_id == job_id:
+                return a
+        raise KeyError(job_id)
