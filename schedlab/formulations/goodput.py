@@ -1,0 +1,262 @@
+r"""Goodput maximization with p-mean fairness: Pollux's objective as Sia's configuration MILP.
+
+Follows Pollux (Qiao et al., OSDI'21: goodput, power-mean fairness of speedups, restart
+factor) and Sia (Jayaram Subramanya et al., SOSP'23: one binary per job configuration,
+unallocated penalty). What we changed: the configuration shapes of options.py, and an exact
+capacity model for them that also lets running jobs stay on their exact GPUs (below).
+
+Sets
+    J                 jobs;  C_j  candidate options of job j (options.py);  C = U_j C_j
+    Grp               node groups (GPU type, G GPUs per node);  K_g  nodes of group g
+    L_g               divisibility chain of group g's single-node sizes, e.g. {1, 2, 4}
+    Stay              stay options (a running job keeps its exact GPUs);  S_k  those holding
+                      GPUs on node k;  K1_g / K2_g  nodes of g with exactly one / several
+    New_g             non-stay options placed in group g
+Parameters
+    u_c     utility of option c (options.utility of its penalized speedup s'_c)
+    U0_j    utility of leaving job j unallocated;   s'_c  penalized speedup (max-min)
+    a_c     GPUs of option c;  z_c  GPUs per node of c (a_c on one node, G for whole nodes)
+    h_kc    GPUs stay option c holds on node k
+Variables
+    x_c in {0, 1}          option c is chosen
+    w_kd in Z, >= 0        d-sized slots left free on a node with several stayers, k in K2_g
+    t >= 0                 (max-min only) the smallest speedup
+Objective
+    p > -inf:  maximize  sum_j U0_j + sum_c (u_c - U0_j(c)) x_c
+    p = -inf:  maximize  t + eps * [the p = 1 objective],   eps = 1e-3 / |J|
+Constraints
+    (one)    sum_{c in C_j} x_c <= 1                                             for j in J
+    (level)  sum_{c in New_g, z_c >= d} (a_c / d) x_c
+               + sum_{k in K1_g} sum_{c in S_k} ceil(h_kc / d) x_c
+               - sum_{k in K2_g} w_kd  <=  |K_g \ K2_g| * G / d                   for g, d in L_g
+    (slots)  d * w_kd + sum_{c in S_k} h_kc x_c <= G                             for k in K2_g, d
+    (minspd) t <= sum_{c in C_j} s'_c x_c                                        for j in J (max-min)
+
+Why (level) is exact. Let r_k be node k's GPUs not held by stayers. Items whose sizes form a
+divisibility chain pack into nodes with free r_k iff for every level d the items of size >= d
+need at most sum_k floor(r_k / d) slots of size d (necessity: such items are multiples of d;
+sufficiency: largest-first placement, see packing.py). floor(r_k / d) is G/d for a node without
+stayers, G/d - ceil(h/d) x for a node with one (linear, since d | G), and w_kd, bounded by
+(slots), for a node with several. Decoding therefore never fails; the verifier checks anyway.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pyomo.environ as pyo
+import scipy.sparse as sp
+
+from schedlab.formulations.options import OptionSet
+from schedlab.formulations.packing import NodeState
+from schedlab.solvers.arrays import MilpArrays
+from schedlab.state import JobAllocation
+
+
+@dataclass(frozen=True)
+class Structure:
+    """Index sets shared by the array and the Pyomo builds, so both are the same model."""
+
+    item_size: np.ndarray  # z_c (0 for stay options)
+    single_stayer: dict[int, tuple[int, int]]  # k in K1 -> (stay option c, h_kc)
+    multi_stayer: dict[int, list[tuple[int, int]]]  # k in K2 -> [(c, h_kc)]
+    node_group: dict[int, int]
+    eps: float
+
+
+def structure(opts: OptionSet) -> Structure:
+    G = np.array([opts.groups[g].gpus_per_node if g >= 0 else 0 for g in opts.group], dtype=int)
+    item_size = np.where(opts.num_nodes == 1, opts.num_gpus, G) * (opts.group >= 0)
+    holders: dict[int, list[tuple[int, int]]] = {}
+    for j, counts in opts.stay_nodes.items():
+        c = opts.stay_option(j)
+        for k, h in counts.items():
+            holders.setdefault(k, []).append((c, h))
+    node_group = {k: g for g, grp in enumerate(opts.groups) for k in grp.nodes}
+    return Structure(
+        item_size=item_size,
+        single_stayer={k: hs[0] for k, hs in holders.items() if len(hs) == 1},
+        multi_stayer={k: hs for k, hs in holders.items() if len(hs) > 1},
+        node_group=node_group,
+        eps=1e-3 / max(opts.num_jobs, 1),
+    )
+
+
+def _objective_coefficients(opts: OptionSet, st: Structure) -> tuple[np.ndarray, float]:
+    """Coefficients of x and the constant, for the (secondary, if max-min) p-mean objective."""
+    coef = opts.utility - opts.U0[opts.job]
+    offset = float(opts.U0.sum())
+    if opts.round_input.settings.max_min:
+        return st.eps * coef, st.eps * offset
+    return coef, offset
+
+
+def build_arrays(opts: OptionSet) -> MilpArrays:
+    """The model above as arrays for highspy and CP-SAT. Columns: x, then w, then t."""
+    st = structure(opts)
+    n = opts.num_options
+    w_cols = [(k, d) for k in sorted(st.multi_stayer) for d in opts.groups[st.node_group[k]].levels]
+    w_index = {kd: n + i for i, kd in enumerate(w_cols)}
+    max_min = opts.round_input.settings.max_min
+    t_col = n + len(w_cols) if max_min else None
+    num_cols = n + len(w_cols) + (1 if max_min else 0)
+
+    rows, cols, vals, hi = [], [], [], []
+    num_rows = 0
+
+    def add_rows(r, col, val, row_hi) -> None:
+        """Append a block of len(row_hi) rows (all <= row_hi); r numbers rows within the block."""
+        nonlocal num_rows
+        rows.append(np.asarray(r, dtype=int) + num_rows)
+        cols.append(np.asarray(col, dtype=int))
+        vals.append(np.asarray(val, dtype=float))
+        hi.append(np.asarray(row_hi, dtype=float))
+        num_rows += len(hi[-1])
+
+    jobs_with = np.unique(opts.job)  # (one)
+    add_rows(np.searchsorted(jobs_with, opts.job), np.arange(n), np.ones(n), np.ones(len(jobs_with)))
+    for g, grp in enumerate(opts.groups):  # (level)
+        nodes_k2 = [k for k in grp.nodes if k in st.multi_stayer]
+        held = [(c, h) for k, (c, h) in st.single_stayer.items() if st.node_group[k] == g]
+        for d in grp.levels:
+            new = np.flatnonzero((opts.group == g) & (st.item_size >= d))
+            col = np.concatenate([new, [c for c, _ in held], [w_index[k, d] for k in nodes_k2]])
+            val = np.concatenate([opts.num_gpus[new] / d, [math.ceil(h / d) for _, h in held], -np.ones(len(nodes_k2))])
+            add_rows(np.zeros(len(col)), col, val, [(len(grp.nodes) - len(nodes_k2)) * grp.gpus_per_node / d])
+    for k, holders in sorted(st.multi_stayer.items()):  # (slots)
+        grp = opts.groups[st.node_group[k]]
+        for d in grp.levels:
+            col = [w_index[k, d]] + [c for c, _ in holders]
+            add_rows(np.zeros(len(col)), col, [float(d)] + [float(h) for _, h in holders], [grp.gpus_per_node])
+    if max_min:  # (minspd): t - sum_c s'_c x_c <= 0 for every job
+        J = opts.num_jobs
+        add_rows(np.concatenate([np.arange(J), opts.job]), np.concatenate([np.full(J, t_col), np.arange(n)]),
+                 np.concatenate([np.ones(J), -opts.penalized_speedup]), np.zeros(J))
+
+    coef, offset = _objective_coefficients(opts, st)
+    c = np.zeros(num_cols)
+    c[:n] = coef
+    col_hi = np.ones(num_cols)
+    for (k, d), i in w_index.items():
+        col_hi[i] = opts.groups[st.node_group[k]].gpus_per_node // d
+    integer = np.ones(num_cols, dtype=bool)
+    if max_min:
+        c[t_col] = 1.0
+        col_hi[t_col] = float(opts.penalized_speedup.max(initial=0.0))
+        integer[t_col] = False
+    row_hi = np.concatenate(hi)
+    A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(len(row_hi), num_cols))
+    return MilpArrays(
+        c=c, offset=offset, A=A, row_lo=np.full(len(row_hi), -np.inf), row_hi=row_hi,
+        col_lo=np.zeros(num_cols), col_hi=col_hi, integer=integer,
+        start=_current_point(opts, st, w_cols, num_cols, t_col),
+    )
+
+
+def _current_point(opts, st: Structure, w_cols, num_cols: int, t_col) -> np.ndarray:
+    """Every running job stays where it is: feasible, and usually near-optimal (warm start)."""
+    v = np.zeros(num_cols)
+    for j in opts.stay_nodes:
+        v[opts.stay_option(j)] = 1.0
+    for i, (k, d) in enumerate(w_cols):
+        G = opts.groups[st.node_group[k]].gpus_per_node
+        v[opts.num_options + i] = (G - sum(h for _, h in st.multi_stayer[k])) // d
+    if t_col is not None:
+        per_job = np.zeros(opts.num_jobs)
+        np.add.at(per_job, opts.job, opts.penalized_speedup * v[: opts.num_options])
+        v[t_col] = (per_job.min() if len(per_job) else 0.0)
+    return v
+
+
+def build_pyomo(opts: OptionSet) -> pyo.ConcreteModel:
+    """The same model in Pyomo, written term by term as in the module docstring."""
+    st = structure(opts)
+    coef, offset = _objective_coefficients(opts, st)
+    m = pyo.ConcreteModel(name="goodput")
+    m.J = pyo.Set(initialize=sorted(set(opts.job.tolist())))
+    m.C = pyo.RangeSet(0, opts.num_options - 1) if opts.num_options else pyo.Set(initialize=[])
+    m.GL = pyo.Set(dimen=2, initialize=[(g, d) for g, grp in enumerate(opts.groups) for d in grp.levels])
+    m.K2L = pyo.Set(dimen=2, initialize=[
+        (k, d) for k in sorted(st.multi_stayer) for d in opts.groups[st.node_group[k]].levels
+    ])
+
+    m.x = pyo.Var(m.C, domain=pyo.Binary)
+    m.w = pyo.Var(m.K2L, domain=pyo.NonNegativeIntegers)
+
+    options_of = {j: np.flatnonzero(opts.job == j).tolist() for j in m.J}
+    m.one = pyo.Constraint(m.J, rule=lambda m, j: sum(m.x[c] for c in options_of[j]) <= 1)
+
+    def level(m, g, d):
+        grp = opts.groups[g]
+        new = sum(opts.num_gpus[c] / d * m.x[c] for c in np.flatnonzero(opts.group == g) if st.item_size[c] >= d)
+        held = sum(math.ceil(h / d) * m.x[c] for k, (c, h) in st.single_stayer.items() if st.node_group[k] == g)
+        k2 = [k for k in grp.nodes if k in st.multi_stayer]
+        free = sum(m.w[k, d] for k in k2)
+        return new + held - free <= (len(grp.nodes) - len(k2)) * grp.gpus_per_node / d
+
+    m.level = pyo.Constraint(m.GL, rule=level)
+
+    def slots(m, k, d):
+        G = opts.groups[st.node_group[k]].gpus_per_node
+        return d * m.w[k, d] + sum(h * m.x[c] for c, h in st.multi_stayer[k]) <= G
+
+    m.slots = pyo.Constraint(m.K2L, rule=slots)
+
+    p_mean = offset + sum(coef[c] * m.x[c] for c in m.C)
+    if opts.round_input.settings.max_min:
+        m.t = pyo.Var(domain=pyo.NonNegativeReals, bounds=(0, float(opts.penalized_speedup.max(initial=0.0))))
+        m.minspd = pyo.Constraint(range(opts.num_jobs), rule=lambda m, j: m.t <= sum(
+            opts.penalized_speedup[c] * m.x[c] for c in np.flatnonzero(opts.job == j)))
+        m.obj = pyo.Objective(expr=m.t + p_mean, sense=pyo.maximize)
+    else:
+        m.obj = pyo.Objective(expr=p_mean, sense=pyo.maximize)
+    return m
+
+
+def objective_value(opts: OptionSet, chosen: np.ndarray) -> float:
+    """The model's objective for a set of chosen options (a boolean mask over options)."""
+    st = structure(opts)
+    coef, offset = _objective_coefficients(opts, st)
+    value = offset + float(coef @ chosen)
+    if opts.round_input.settings.max_min:
+        per_job = np.zeros(opts.num_jobs)
+        np.add.at(per_job, opts.job, opts.penalized_speedup * chosen)
+        value += (per_job.min() if len(per_job) else 0.0)
+    return value
+
+
+def decode(opts: OptionSet, chosen: np.ndarray) -> tuple[JobAllocation, ...]:
+    """Concrete GPUs for every job from the chosen options (stayers first, then largest first)."""
+    jobs = opts.round_input.jobs
+    state = NodeState(opts.round_input.cluster)
+    st = structure(opts)
+    picked = np.flatnonzero(chosen)
+    gpus_of: dict[int, tuple] = {}
+    for c in picked[opts.stay[picked]]:
+        job = jobs[opts.job[c]]
+        if not state.take_exact(job.current_gpus):
+            raise RuntimeError(f"job {job.id!r} cannot stay: its GPUs are taken")
+        gpus_of[c] = job.current_gpus
+    for c in sorted(picked[~opts.stay[picked]], key=lambda c: (-st.item_size[c], -opts.num_gpus[c], c)):
+        grp = opts.groups[opts.group[c]]
+        refs = state.take_shape(grp.nodes, int(opts.num_nodes[c]), int(st.item_size[c]))
+        if refs is None:
+            raise RuntimeError(f"no room for job {jobs[opts.job[c]].id!r} ({opts.num_gpus[c]} GPUs)")
+        gpus_of[c] = refs
+    by_job = {int(opts.job[c]): c for c in picked}
+    out = []
+    for j, job in enumerate(jobs):
+        c = by_job.get(j)
+        if c is None:
+            out.append(JobAllocation(job.id))
+            continue
+        r, local, accum = int(opts.num_gpus[c]), int(opts.local_bsz[c]), int(opts.accum_steps[c])
+        out.append(JobAllocation(
+            job_id=job.id, gpus=tuple(sorted(gpus_of[c])), total_bsz=r * local * (accum + 1),
+            local_bsz=local, accum_steps=accum, goodput=float(opts.goodput[c]),
+            speedup=float(opts.speedup[c]),
+            restarted=job.running and tuple(sorted(gpus_of[c])) != tuple(sorted(job.current_gpus)),
+        ))
+    return tuple(out)

@@ -1,0 +1,282 @@
+"""Candidate configurations of each job and their value: shared by every goodput-style model.
+
+Shapes (after Sia, SOSP'23). Nodes are grouped by (GPU type, GPUs per node G). In a group a
+job may take
+  - one node, d GPUs, with d in the group's divisibility chain L(G) = {1, 2, 4, ..., 2^k, G}
+    (powers of two dividing G, then G): every size divides the next;
+  - n >= 2 whole nodes (n * G GPUs);
+  - for a running job, also its exact current GPUs (the "stay" option).
+Chain sizes make the counting constraints of the round model exact (see goodput.py): any set
+of chain-sized items whose per-level counts fit can be packed onto concrete nodes.
+
+Value. For option c of job j with best-batch goodput g_jc (models.efficiency.best_batch):
+  speedup       s_jc  = g_jc / g_j(fair share),   fair share = ceil(total GPUs / jobs) GPUs,
+                                                  clipped to the job's [min, max], on fewest nodes
+  restart       s'_jc = s_jc * f_j for a running job's non-stay options (it moves), where
+                f_j = max(age_j - S * restarts_j, 0) / (age_j + S)           (Pollux's factor)
+  utility       U(s)  = s^p (p > 0), log s (p = 0), -s^p (p < 0); max-min uses U(s) = s
+  unallocated   U0_j  = U(smin_j) - (lambda - 1) * |U(smin_j)|, smin_j = min_c s_jc
+U0 makes leaving a job out lambda times worse than its worst option; with Sia's
+normalization (smallest option = 1) and p < 0 this is exactly Sia's lambda_n = 1.1.
+Options whose goodput or penalized speedup is 0 are dropped (a job younger than S*restarts
+cannot move).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from schedlab.models.efficiency import best_batch
+from schedlab.state import BatchLimits, GradStats, JobSpec, RoundInput, Settings, ThroughputParams
+
+
+def chain_levels(gpus_per_node: int) -> tuple[int, ...]:
+    """Powers of two dividing G, then G: a divisibility chain of single-node sizes."""
+    levels = []
+    d = 1
+    while d < gpus_per_node and gpus_per_node % d == 0:
+        levels.append(d)
+        d *= 2
+    return tuple(levels) + (gpus_per_node,)
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """Interchangeable nodes: same GPU type and size. `nodes` are indices into the cluster."""
+
+    gpu_type: str
+    gpus_per_node: int
+    nodes: tuple[int, ...]
+
+    @property
+    def levels(self) -> tuple[int, ...]:
+        return chain_levels(self.gpus_per_node)
+
+
+def node_groups(round_input: RoundInput) -> tuple[NodeGroup, ...]:
+    by_key: dict[tuple[str, int], list[int]] = {}
+    for k, node in enumerate(round_input.cluster.nodes):
+        if node.gpus > 0:
+            by_key.setdefault((node.gpu_type, node.gpus), []).append(k)
+    return tuple(NodeGroup(t, g, tuple(ks)) for (t, g), ks in sorted(by_key.items()))
+
+
+@dataclass(frozen=True)
+class OptionSet:
+    """All candidate configurations of a round, one row per option (columnar arrays).
+
+    group[c] is -1 for a stay option. stay_nodes[j] maps node index -> GPUs job j holds now,
+    for jobs that have a stay option. U0[j] is the value of leaving job j unallocated.
+    """
+
+    round_input: RoundInput
+    groups: tuple[NodeGroup, ...]
+    job: np.ndarray
+    group: np.ndarray
+    num_nodes: np.ndarray
+    num_gpus: np.ndarray
+    goodput: np.ndarray
+    speedup: np.ndarray
+    penalized_speedup: np.ndarray
+    utility: np.ndarray
+    local_bsz: np.ndarray
+    accum_steps: np.ndarray
+    U0: np.ndarray
+    stay_nodes: dict[int, dict[int, int]]
+
+    @property
+    def num_options(self) -> int:
+        return len(self.job)
+
+    @property
+    def num_jobs(self) -> int:
+        return len(self.round_input.jobs)
+
+    @property
+    def stay(self) -> np.ndarray:
+        return self.group < 0
+
+    def stay_option(self, j: int) -> int:
+        """Index of job j's stay option."""
+        return int(np.flatnonzero((self.job == j) & self.stay)[0])
+
+
+def utility(speedup: np.ndarray, p: float) -> np.ndarray:
+    s = np.asarray(speedup, dtype=float)
+    if math.isinf(p):
+        return s
+    if p > 0:
+        return s**p
+    if p == 0:
+        return np.log(s)
+    return -(s**p)
+
+
+def unallocated_utility(min_speedup: float, settings: Settings) -> float:
+    u = float(utility(np.array([min_speedup]), settings.p)[0])
+    return u - (settings.unallocated_penalty - 1.0) * abs(u)
+
+
+def restart_factor(job: JobSpec, settings: Settings) -> float:
+    cost_s = job.restart_cost_s if job.restart_cost_s is not None else settings.restart_cost_s
+    return max(job.age_s - cost_s * job.num_restarts, 0.0) / (job.age_s + cost_s)
+
+
+def _job_shapes(job: JobSpec, groups: tuple[NodeGroup, ...]) -> list[tuple[int, int, int]]:
+    """(group, nodes, GPUs) of every new configuration within the job's GPU bounds."""
+    shapes = []
+    for gi, grp in enumerate(groups):
+        if grp.gpu_type not in job.throughput:
+            continue
+        single = [(gi, 1, d) for d in grp.levels]
+        multi = [(gi, n, n * grp.gpus_per_node) for n in range(2, len(grp.nodes) + 1)]
+        shapes += [s for s in single + multi if job.min_gpus <= s[2] <= job.max_gpus]
+    return shapes
+
+
+def _fair_shape(job: JobSpec, round_input: RoundInput, groups: tuple[NodeGroup, ...]) -> tuple[str, int, int]:
+    """(GPU type, nodes, GPUs) of the job's fair share, on its largest usable group."""
+    usable = [g for g in groups if g.gpu_type in job.throughput]
+    grp = max(usable, key=lambda g: len(g.nodes) * g.gpus_per_node)
+    share = math.ceil(round_input.cluster.total_gpus / max(len(round_input.jobs), 1))
+    gpus = min(max(share, job.min_gpus, 1), job.max_gpus, len(grp.nodes) * grp.gpus_per_node)
+    return grp.gpu_type, math.ceil(gpus / grp.gpus_per_node), gpus
+
+
+def _stay_shape(job: JobSpec, node_index: dict[str, int]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for ref in job.current_gpus:
+        k = node_index[ref.node]
+        counts[k] = counts.get(k, 0) + 1
+    return counts
+
+
+@dataclass
+class _Rows:
+    """Flat per-row inputs of one vectorized best_batch call."""
+
+    job: list[int]
+    group: list[int]
+    gpu_type: list[str]
+    nodes: list[int]
+    gpus: list[int]
+
+
+def _value_rows(rows: _Rows, jobs: tuple[JobSpec, ...]):
+    """Best batch of every row in one call; per-(job, GPU type) parameters gathered by index."""
+    keys = sorted(set(zip(rows.job, rows.gpu_type)))
+    key_index = {k: i for i, k in enumerate(keys)}
+    table = np.array([_values(jobs[j].throughput[t]) for j, t in keys])
+    idx = np.array([key_index[k] for k in zip(rows.job, rows.gpu_type)], dtype=int)
+    j = np.asarray(rows.job, dtype=int)
+    job_grad = np.array([_values(job.grad_stats) for job in jobs])[j]
+    job_batch = np.array([_values(job.batch) for job in jobs])[j]
+    fixed = np.array([job.fixed_bsz or 0 for job in jobs])[j]
+    return best_batch(ThroughputParams(*table[idx].T), GradStats(*job_grad.T), BatchLimits(*job_batch.T),
+                      rows.nodes, rows.gpus, fixed)
+
+
+def _values(obj) -> list[float]:
+    return list(obj.__dict__.values())
+
+
+def prune_dominated(job: np.ndarray, group: np.ndarray, num_gpus: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """Mask of options not dominated within their (job, group).
+
+    A larger shape of the same group uses at least as many slots at every chain level, so it
+    is worth keeping only if it is worth strictly more than every smaller one. Stay options
+    (group -1) hold specific GPUs and are always kept. Removing dominated options cannot
+    change the optimum (any solution using one stays feasible and no worse with the smaller).
+    """
+    order = np.lexsort((num_gpus, group, job))
+    keep = np.ones(len(job), dtype=bool)
+    best, prev = -np.inf, None
+    for c in order:
+        key = (job[c], group[c])
+        if key != prev:
+            best, prev = -np.inf, key
+        if group[c] >= 0:
+            keep[c] = value[c] > best
+            best = max(best, value[c])
+    return keep
+
+
+def enumerate_options(round_input: RoundInput, prune: bool = True) -> OptionSet:
+    """Every job's candidate configurations with goodput, speedup and utility.
+
+    prune=False keeps dominated options (see prune_dominated); tests use it to prove pruning exact.
+    """
+    jobs, settings = round_input.jobs, round_input.settings
+    groups = node_groups(round_input)
+    node_index = {n.id: k for k, n in enumerate(round_input.cluster.nodes)}
+    node_type = [n.gpu_type for n in round_input.cluster.nodes]
+
+    rows = _Rows([], [], [], [], [])
+    fair_rows = _Rows([], [], [], [], [])
+    stay_nodes: dict[int, dict[int, int]] = {}
+    for j, job in enumerate(jobs):
+        if not any(g.gpu_type in job.throughput for g in groups):
+            continue
+        for gi, n, r in _job_shapes(job, groups):
+            rows.job.append(j), rows.group.append(gi), rows.gpu_type.append(groups[gi].gpu_type)
+            rows.nodes.append(n), rows.gpus.append(r)
+        if job.running and job.min_gpus <= len(job.current_gpus) <= job.max_gpus:
+            counts = _stay_shape(job, node_index)
+            stay_nodes[j] = counts
+            rows.job.append(j), rows.group.append(-1), rows.gpu_type.append(node_type[next(iter(counts))])
+            rows.nodes.append(len(counts)), rows.gpus.append(len(job.current_gpus))
+        t, n, r = _fair_shape(job, round_input, groups)
+        fair_rows.job.append(j), fair_rows.group.append(-1), fair_rows.gpu_type.append(t)
+        fair_rows.nodes.append(n), fair_rows.gpus.append(r)
+
+    job_arr = np.asarray(rows.job, dtype=int)
+    if len(job_arr):
+        choice = _value_rows(rows, jobs)
+        fair = _value_rows(fair_rows, jobs)
+        fair_goodput = np.zeros(len(jobs))
+        fair_goodput[fair_rows.job] = fair.goodput
+        # A fair share the job cannot use at all (batch limits) falls back to its best option.
+        best = np.zeros(len(jobs))
+        np.maximum.at(best, job_arr, choice.goodput)
+        fair_goodput = np.where(fair_goodput > 0, fair_goodput, best)
+        goodput = choice.goodput
+        speedup = np.divide(goodput, fair_goodput[job_arr], out=np.zeros_like(goodput), where=fair_goodput[job_arr] > 0)
+    else:
+        goodput = speedup = np.zeros(0)
+        choice = None
+
+    group_arr = np.asarray(rows.group, dtype=int)
+    factor = np.array([restart_factor(job, settings) if job.running else 1.0 for job in jobs])
+    moves = (group_arr >= 0) & np.array([jobs[j].running for j in job_arr], dtype=bool)
+    penalized = np.where(moves, speedup * factor[job_arr] if len(job_arr) else speedup, speedup)
+    keep = (goodput > 0) & (penalized > 0)
+
+    U0 = np.zeros(len(jobs))
+    for j in np.unique(job_arr[keep]):
+        U0[j] = unallocated_utility(float(speedup[keep & (job_arr == j)].min()), settings)
+    stay_nodes = {j: c for j, c in stay_nodes.items() if np.any(keep & (job_arr == j) & (group_arr < 0))}
+
+    if prune:
+        util = np.full(len(job_arr), -np.inf)
+        util[keep] = utility(penalized[keep], settings.p)
+        keep &= prune_dominated(job_arr, group_arr, np.asarray(rows.gpus, dtype=int), util)
+    pick = np.flatnonzero(keep)
+    return OptionSet(
+        round_input=round_input,
+        groups=groups,
+        job=job_arr[pick],
+        group=group_arr[pick],
+        num_nodes=np.asarray(rows.nodes, dtype=int)[pick],
+        num_gpus=np.asarray(rows.gpus, dtype=int)[pick],
+        goodput=goodput[pick],
+        speedup=speedup[pick],
+        penalized_speedup=penalized[pick],
+        utility=utility(penalized[pick], settings.p),
+        local_bsz=choice.local_bsz[pick] if choice else np.zeros(0, dtype=int),
+        accum_steps=choice.accum_steps[pick] if choice else np.zeros(0, dtype=int),
+        U0=U0,
+        stay_nodes=stay_nodes,
+    )
