@@ -1,0 +1,80 @@
+"""Random rounds from the shipped profiles, and the solve-latency benchmark over them."""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import numpy as np
+
+from schedlab.api import solve_round
+from schedlab.models.profiles import APPLICATIONS, shipped_profiles
+from schedlab.state import Cluster, GpuRef, GradStats, JobSpec, Node, RoundInput, Settings
+
+
+def random_round(rng: np.random.Generator, num_gpus: int, num_jobs: int, gpus_per_node: int = 4,
+                 running_fraction: float = 0.5, settings: Settings | None = None) -> RoundInput:
+    """A round on num_gpus GPUs: num_jobs jobs of the six applications, some already running.
+
+    Gradient statistics vary around each profile's (log-normal factors), ages up to 4 h, and
+    running jobs hold chain-shaped placements packed first-fit, as a previous round leaves them.
+    """
+    nodes = tuple(Node(f"n{k}", gpus_per_node) for k in range(max(num_gpus // gpus_per_node, 1)))
+    free = [list(range(gpus_per_node)) for _ in nodes]
+    profiles = shipped_profiles()
+    jobs = []
+    for i in range(num_jobs):
+        prof = profiles[APPLICATIONS[rng.integers(len(APPLICATIONS))]]
+        grad = GradStats(prof.grad_stats.sqr * rng.lognormal(0, 0.5), prof.grad_stats.var * rng.lognormal(0, 0.5))
+        max_gpus = min(max(prof.batch.max_bsz // prof.batch.min_local_bsz, 1), len(nodes) * gpus_per_node)
+        current: tuple[GpuRef, ...] = ()
+        if rng.random() < running_fraction:
+            want = int(rng.choice([1, 2, gpus_per_node, 2 * gpus_per_node]))
+            current = _take_first_fit(free, nodes, min(want, max_gpus), gpus_per_node)
+        jobs.append(JobSpec(
+            id=f"{prof.name}-{i}", throughput={nodes[0].gpu_type: prof.params}, grad_stats=grad, batch=prof.batch,
+            min_gpus=1, max_gpus=max_gpus, current_gpus=current, age_s=float(rng.uniform(0, 4 * 3600)),
+            num_restarts=int(rng.integers(0, 4)), application=prof.name,
+        ))
+    return RoundInput(Cluster(nodes), tuple(jobs), settings or Settings())
+
+
+def _take_first_fit(free: list[list[int]], nodes, gpus: int, gpus_per_node: int) -> tuple[GpuRef, ...]:
+    if gpus <= gpus_per_node:
+        for k, f in enumerate(free):
+            if len(f) >= gpus:
+                taken, free[k] = f[:gpus], f[gpus:]
+                return tuple(GpuRef(nodes[k].id, i) for i in taken)
+        return ()
+    empty = [k for k, f in enumerate(free) if len(f) == gpus_per_node][: gpus // gpus_per_node]
+    if len(empty) < gpus // gpus_per_node:
+        return ()
+    refs = []
+    for k in empty:
+        refs += [GpuRef(nodes[k].id, i) for i in free[k]]
+        free[k] = []
+    return tuple(refs)
+
+
+def run_bench(num_gpus: int, num_jobs: int, rounds: int, solver: str = "highs", seed: int = 0,
+              p: float = -1.0, time_limit_s: float = 10.0) -> dict:
+    """Solve `rounds` random rounds; latency percentiles (ms), worst gap and status counts."""
+    rng = np.random.default_rng(seed)
+    build, solve, total, gaps, statuses = [], [], [], [], collections.Counter()
+    for _ in range(rounds):
+        ri = random_round(rng, num_gpus, num_jobs, settings=Settings(p=p, solver=solver, time_limit_s=time_limit_s))
+        t0 = time.perf_counter()
+        res = solve_round(ri)
+        total.append(time.perf_counter() - t0)
+        build.append(res.build_s)
+        solve.append(res.solve_s)
+        gaps.append(res.gap)
+        statuses[res.status] += 1
+    ms = lambda xs, q: float(np.percentile(xs, q) * 1e3)  # noqa: E731
+    return {
+        "gpus": num_gpus, "jobs": num_jobs, "rounds": rounds, "solver": solver, "p": p,
+        "build_p50_ms": ms(build, 50), "solve_p50_ms": ms(solve, 50),
+        "total_p50_ms": ms(total, 50), "total_p95_ms": ms(total, 95), "total_max_ms": ms(total, 100),
+        "gap_max": float(max(gaps)), "status_counts": dict(statuses),
+    }
+

@@ -1,0 +1,82 @@
+"""The `schedlab` command: solve | bench."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from schedlab.errors import SchedlabError
+
+
+def _cmd_solve(args: argparse.Namespace) -> int:
+    from schedlab.api import solve_round
+    from schedlab.io import round_result_to_dict
+
+    try:
+        with open(args.round_json) if args.round_json != "-" else sys.stdin as f:
+            raw = json.load(f)
+    except OSError as exc:
+        return _fail(f"cannot read {args.round_json}: {exc.strerror}")
+    except json.JSONDecodeError as exc:
+        return _fail(f"{args.round_json} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}")
+    result = solve_round(raw, solver=args.solver, time_limit_s=args.time_limit)
+    json.dump(round_result_to_dict(result), sys.stdout, indent=2 if args.pretty else None)
+    sys.stdout.write("\n")
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from schedlab.bench import run_bench
+
+    p = -math.inf if args.p in ("-inf", "max-min") else float(args.p)
+    out = run_bench(args.gpus, args.jobs, args.rounds, solver=args.solver, seed=args.seed, p=p,
+                    time_limit_s=args.time_limit)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        for k, v in out.items():
+            print(f"{k:14s} {v}")
+    return 0
+
+
+def _fail(message: str) -> int:
+    print(f"schedlab: error: {message}", file=sys.stderr)
+    return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="schedlab", description="GPU-cluster scheduling rounds as optimization models")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    solve = sub.add_parser("solve", help="solve one round given as JSON; the result JSON goes to stdout")
+    solve.add_argument("round_json", help="round input file (see schedlab/schemas), or - for stdin")
+    solve.add_argument("--solver", default=None, help="highs (default), cpsat, appsi_highs, or any Pyomo solver name")
+    solve.add_argument("--time-limit", type=float, default=None, help="solver time limit in seconds")
+    solve.add_argument("--pretty", action="store_true", help="indent the output JSON")
+    solve.set_defaults(func=_cmd_solve)
+
+    bench = sub.add_parser("bench", help="solve random rounds from the shipped profiles and report latency")
+    bench.add_argument("--gpus", type=int, default=64)
+    bench.add_argument("--jobs", type=int, default=100)
+    bench.add_argument("--rounds", type=int, default=20)
+    bench.add_argument("--solver", default="highs")
+    bench.add_argument("--p", default="-1", help="power-mean exponent, or -inf for max-min")
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--time-limit", type=float, default=10.0)
+    bench.add_argument("--json", action="store_true", help="print one JSON object")
+    bench.set_defaults(func=_cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SchedlabError as exc:
+        return _fail(str(exc))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,308 @@
+"""JSON <-> dataclasses for rounds, with validation that names every bad field and its fix.
+
+The format is published as JSON Schema in schedlab/schemas/. Parsing collects every problem
+before raising one InputError, so a caller fixes its input in one pass.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from schedlab.errors import InputError
+from schedlab.models.profiles import shipped_profiles
+from schedlab.state import (
+    BatchLimits,
+    Cluster,
+    GpuRef,
+    GradStats,
+    JobAllocation,
+    JobSpec,
+    Node,
+    RoundInput,
+    RoundResult,
+    Settings,
+    ThroughputParams,
+)
+
+PARAM_NAMES = tuple(ThroughputParams.__dataclass_fields__)
+BATCH_NAMES = tuple(BatchLimits.__dataclass_fields__)
+_MAX_MIN = ("-inf", "max-min")
+
+
+class _Checker:
+    """Collects problems; each getter returns a usable default so parsing can go on."""
+
+    def __init__(self):
+        self.problems: list[str] = []
+
+    def bad(self, where: str, what: str) -> None:
+        self.problems.append(f"{where}: {what}")
+
+    def number(self, d: Mapping, key: str, where: str, default=None, minimum: float | None = None,
+               positive: bool = False, integer: bool = False, required: bool = False):
+        if key not in d or d[key] is None:
+            if required:
+                self.bad(f"{where}.{key}", "is required")
+            return default
+        v = d[key]
+        kind = "an integer" if integer else "a number"
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            self.bad(f"{where}.{key}", f"must be {kind}, got {v!r}")
+            return default
+        if not math.isfinite(v):
+            self.bad(f"{where}.{key}", f"must be a finite number, got {v!r}")
+            return default
+        if integer and v != int(v):
+            self.bad(f"{where}.{key}", f"must be a whole number, got {v!r}")
+            return default
+        if positive and v <= 0:
+            self.bad(f"{where}.{key}", f"must be > 0, got {v!r}")
+            return default
+        if minimum is not None and v < minimum:
+            self.bad(f"{where}.{key}", f"must be >= {minimum}, got {v!r}")
+            return default
+        return int(v) if integer else float(v)
+
+    def mapping(self, d: Any, where: str) -> Mapping:
+        if not isinstance(d, Mapping):
+            self.bad(where, f"must be an object, got {type(d).__name__}")
+            return {}
+        return d
+
+    def sequence(self, d: Mapping, key: str, where: str) -> list:
+        v = d.get(key, [])
+        if not isinstance(v, list):
+            self.bad(f"{where}.{key}", f"must be a list, got {type(v).__name__}")
+            return []
+        return v
+
+
+def _parse_cluster(ck: _Checker, raw: Any) -> Cluster:
+    raw = ck.mapping(raw, "cluster")
+    nodes, seen = [], set()
+    for i, rn in enumerate(ck.sequence(raw, "nodes", "cluster")):
+        where = f"cluster.nodes[{i}]"
+        rn = ck.mapping(rn, where)
+        node_id = rn.get("id")
+        if not isinstance(node_id, str) or not node_id:
+            ck.bad(f"{where}.id", f"must be a non-empty string, got {node_id!r}")
+            continue
+        if node_id in seen:
+            ck.bad(f"{where}.id", f"duplicate node id {node_id!r}; node ids must be unique")
+        seen.add(node_id)
+        gpus = ck.number(rn, "gpus", where, default=0, minimum=0, integer=True, required=True)
+        gpu_type = rn.get("gpu_type", "default")
+        if not isinstance(gpu_type, str):
+            ck.bad(f"{where}.gpu_type", f"must be a string, got {gpu_type!r}")
+            gpu_type = "default"
+        nodes.append(Node(node_id, gpus, gpu_type))
+    if not nodes and not ck.problems:
+        ck.bad("cluster.nodes", "must list at least one node, e.g. [{\"id\": \"n0\", \"gpus\": 4}]")
+    return Cluster(tuple(nodes))
+
+
+def _parse_params(ck: _Checker, raw: Any, where: str) -> ThroughputParams | None:
+    raw = ck.mapping(raw, where)
+    values = [ck.number(raw, k, where, minimum=0.0, required=True) for k in PARAM_NAMES]
+    if any(v is None for v in values):
+        return None
+    if values[-1] < 1.0:
+        ck.bad(f"{where}.gamma", f"must be >= 1, got {values[-1]}")
+        return None
+    return ThroughputParams(*values)
+
+
+def _parse_throughput(ck: _Checker, raw: Any, where: str, gpu_types: set[str]) -> dict[str, ThroughputParams]:
+    """Either one parameter set for every GPU type, or {gpu_type: parameter set}."""
+    raw = ck.mapping(raw, where)
+    if set(raw) & set(PARAM_NAMES):
+        p = _parse_params(ck, raw, where)
+        return {t: p for t in gpu_types} if p else {}
+    out = {t: _parse_params(ck, v, f"{where}.{t}") for t, v in raw.items()}
+    return {t: p for t, p in out.items() if p}
+
+
+def _parse_job(ck: _Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | None:
+    where = f"jobs[{i}]"
+    raw = ck.mapping(raw, where)
+    job_id = raw.get("id")
+    if not isinstance(job_id, str) or not job_id:
+        ck.bad(f"{where}.id", f"must be a non-empty string, got {job_id!r}")
+        return None
+    gpu_types = {n.gpu_type for n in cluster.nodes}
+    app = raw.get("application")
+    profile = None
+    if app is not None:
+        profile = shipped_profiles().get(app) if isinstance(app, str) else None
+        if profile is None:
+            ck.bad(f"{where}.application", f"unknown application {app!r}; use one of "
+                   f"{', '.join(sorted(shipped_profiles()))}, or give throughput_params, grad_stats and batch inline")
+            return None
+    elif not all(k in raw for k in ("throughput_params", "grad_stats", "batch")):
+        ck.bad(where, "needs an application name, or throughput_params, grad_stats and batch inline")
+        return None
+
+    throughput = ({t: profile.params for t in gpu_types} if profile and "throughput_params" not in raw
+                  else _parse_throughput(ck, raw.get("throughput_params"), f"{where}.throughput_params", gpu_types))
+    if "grad_stats" in raw:
+        g = ck.mapping(raw["grad_stats"], f"{where}.grad_stats")
+        grad = GradStats(ck.number(g, "sqr", f"{where}.grad_stats", 0.0, minimum=0.0, required=True),
+                         ck.number(g, "var", f"{where}.grad_stats", 0.0, minimum=0.0, required=True))
+    else:
+        grad = profile.grad_stats
+    if "batch" in raw:
+        b = ck.mapping(raw["batch"], f"{where}.batch")
+        vals = [ck.number(b, k, f"{where}.batch", 1, positive=True, integer=True, required=True) for k in BATCH_NAMES]
+        batch = BatchLimits(*vals)
+        if batch.min_local_bsz > batch.max_local_bsz or batch.init_bsz > batch.max_bsz:
+            ck.bad(f"{where}.batch", "needs min_local_bsz <= max_local_bsz and init_bsz <= max_bsz")
+    else:
+        batch = profile.batch
+
+    total = cluster.total_gpus
+    default_max = min(max(batch.max_bsz // batch.min_local_bsz, 1), total)
+    min_gpus = ck.number(raw, "min_gpus", where, 1, minimum=0, integer=True)
+    max_gpus = ck.number(raw, "max_gpus", where, default_max, minimum=0, integer=True)
+    if min_gpus > total:
+        ck.bad(f"{where}.min_gpus", f"{min_gpus} exceeds the cluster's {total} GPUs; lower it or add nodes")
+    if max_gpus < min_gpus:
+        ck.bad(f"{where}.max_gpus", f"{max_gpus} is below min_gpus {min_gpus}; raise max_gpus")
+    current = []
+    for k, rg in enumerate(ck.sequence(raw, "current_gpus", where)):
+        gw = f"{where}.current_gpus[{k}]"
+        rg = ck.mapping(rg, gw)
+        node, gpu = rg.get("node"), ck.number(rg, "gpu", gw, 0, minimum=0, integer=True, required=True)
+        if not isinstance(node, str):
+            ck.bad(f"{gw}.node", f"must be a node id string, got {node!r}")
+            continue
+        current.append(GpuRef(node, gpu))
+    fixed = ck.number(raw, "fixed_bsz", where, None, positive=True, integer=True)
+    return JobSpec(
+        id=job_id, throughput=throughput, grad_stats=grad, batch=batch,
+        min_gpus=min_gpus, max_gpus=max_gpus, current_gpus=tuple(current),
+        age_s=ck.number(raw, "age_s", where, 0.0, minimum=0.0),
+        num_restarts=ck.number(raw, "num_restarts", where, 0, minimum=0, integer=True),
+        fixed_bsz=fixed, restart_cost_s=ck.number(raw, "restart_cost_s", where, None, minimum=0.0),
+        application=app,
+    )
+
+
+def _check_current_gpus(ck: _Checker, jobs: list[JobSpec], cluster: Cluster) -> None:
+    nodes = {n.id: n for n in cluster.nodes}
+    holder: dict[GpuRef, str] = {}
+    for i, job in enumerate(jobs):
+        types = set()
+        for ref in job.current_gpus:
+            where = f"jobs[{i}].current_gpus"
+            if ref.node not in nodes:
+                ck.bad(where, f"node {ref.node!r} is not in the cluster")
+                continue
+            if ref.gpu >= nodes[ref.node].gpus:
+                ck.bad(where, f"GPU {ref.gpu} does not exist on node {ref.node!r} ({nodes[ref.node].gpus} GPUs)")
+            if ref in holder:
+                ck.bad(where, f"GPU {ref.node}:{ref.gpu} is also held by job {holder[ref]!r}")
+            holder[ref] = job.id
+            types.add(nodes[ref.node].gpu_type)
+        if len(types) > 1:
+            ck.bad(f"jobs[{i}].current_gpus", f"mixes GPU types {sorted(types)}; a job runs on one type")
+
+
+def _parse_settings(ck: _Checker, raw: Any) -> Settings:
+    raw = ck.mapping(raw, "settings")
+    d = Settings()
+    p = raw.get("p", d.p)
+    if isinstance(p, str) and p in _MAX_MIN:
+        p = -math.inf
+    elif isinstance(p, bool) or not isinstance(p, (int, float)) or math.isnan(p):
+        ck.bad("settings.p", f"must be a number or \"-inf\" (max-min), got {p!r}")
+        p = d.p
+    solver = raw.get("solver", d.solver)
+    if not isinstance(solver, str) or not solver:
+        ck.bad("settings.solver", f"must be a solver name such as \"highs\" or \"cpsat\", got {solver!r}")
+        solver = d.solver
+    return Settings(
+        p=float(p),
+        restart_cost_s=ck.number(raw, "restart_cost_s", "settings", d.restart_cost_s, minimum=0.0),
+        unallocated_penalty=ck.number(raw, "unallocated_penalty", "settings", d.unallocated_penalty, minimum=1.0),
+        solver=solver,
+        time_limit_s=ck.number(raw, "time_limit_s", "settings", d.time_limit_s, positive=True),
+        mip_gap=ck.number(raw, "mip_gap", "settings", d.mip_gap, minimum=0.0),
+        seed=ck.number(raw, "seed", "settings", d.seed, minimum=0, integer=True),
+    )
+
+
+def parse_round_input(raw: Any) -> RoundInput:
+    """Validate a JSON-like dict and build the RoundInput; InputError lists every problem."""
+    ck = _Checker()
+    raw = ck.mapping(raw, "round")
+    for key in set(raw) - {"cluster", "jobs", "settings"}:
+        ck.bad(key, "unknown top-level key; expected cluster, jobs, settings")
+    cluster = _parse_cluster(ck, raw.get("cluster"))
+    jobs: list[JobSpec] = []
+    first_index: dict[str, int] = {}
+    if "jobs" not in raw:
+        ck.bad("jobs", "is required (a list, possibly empty)")
+    for i, rj in enumerate(ck.sequence(raw, "jobs", "round")):
+        job = _parse_job(ck, rj, i, cluster)
+        if job is None:
+            continue
+        if job.id in first_index:
+            ck.bad(f"jobs[{i}].id", f"duplicate id {job.id!r} (also jobs[{first_index[job.id]}]); ids must be unique")
+            continue
+        first_index[job.id] = i
+        jobs.append(job)
+    _check_current_gpus(ck, jobs, cluster)
+    settings = _parse_settings(ck, raw.get("settings", {}))
+    if ck.problems:
+        raise InputError(ck.problems)
+    return RoundInput(cluster, tuple(jobs), settings)
+
+
+def _fields(obj) -> dict[str, Any]:
+    """A flat dataclass as a dict (dataclasses.asdict deep-copies, ~10x slower)."""
+    return dict(obj.__dict__)
+
+
+def round_input_to_dict(ri: RoundInput) -> dict[str, Any]:
+    """The JSON form of a RoundInput; parse_round_input(round_input_to_dict(x)) == x."""
+    jobs = []
+    for job in ri.jobs:
+        d: dict[str, Any] = {"id": job.id}
+        if job.application:
+            d["application"] = job.application
+        d["throughput_params"] = {t: _fields(p) for t, p in job.throughput.items()}
+        d["grad_stats"] = _fields(job.grad_stats)
+        d["batch"] = _fields(job.batch)
+        d |= {"min_gpus": job.min_gpus, "max_gpus": job.max_gpus, "age_s": job.age_s, "num_restarts": job.num_restarts}
+        if job.current_gpus:
+            d["current_gpus"] = [_fields(g) for g in job.current_gpus]
+        if job.fixed_bsz is not None:
+            d["fixed_bsz"] = job.fixed_bsz
+        if job.restart_cost_s is not None:
+            d["restart_cost_s"] = job.restart_cost_s
+        jobs.append(d)
+    settings = _fields(ri.settings)
+    if ri.settings.max_min:
+        settings["p"] = "-inf"
+    return {"cluster": {"nodes": [_fields(n) for n in ri.cluster.nodes]}, "jobs": jobs, "settings": settings}
+
+
+def _finite_or_none(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def round_result_to_dict(res: RoundResult) -> dict[str, Any]:
+    allocations = []
+    for a in res.allocations:
+        allocations.append({
+            "job_id": a.job_id, "gpus": [_fields(g) for g in a.gpus], "num_gpus": a.num_gpus,
+            "num_nodes": a.num_nodes, "total_bsz": a.total_bsz, "local_bsz": a.local_bsz,
+            "accum_steps": a.accum_steps, "goodput": a.goodput, "speedup": a.speedup, "restarted": a.restarted,
+        })
+    return {
+        "status": res.status, "solver": res.solver, "objective": _finite_or_none(res.objective),
+        "bound": _finite_or_none(res.bound), "gap": _finite_or_none(res.gap), "build_s": res.build_s,
+        "solve_s": res.solve_s, "verified": res.verified, "message": res.message, "allocations": allocations,
+    }

@@ -1,0 +1,57 @@
+"""An independent check of any allocation against the round's rules.
+
+Deliberately shares no code with the formulations: it reads only the input and the answer.
+"""
+
+from __future__ import annotations
+
+from schedlab.errors import VerificationError
+from schedlab.state import JobAllocation, RoundInput
+
+
+def problems(round_input: RoundInput, allocations: tuple[JobAllocation, ...]) -> list[str]:
+    nodes = {n.id: n for n in round_input.cluster.nodes}
+    jobs = {j.id: j for j in round_input.jobs}
+    found: list[str] = []
+    seen_jobs: set[str] = set()
+    holder: dict[tuple[str, int], str] = {}
+    for a in allocations:
+        if a.job_id not in jobs:
+            found.append(f"allocation for unknown job {a.job_id!r}")
+            continue
+        if a.job_id in seen_jobs:
+            found.append(f"job {a.job_id!r} has more than one allocation")
+        seen_jobs.add(a.job_id)
+        job = jobs[a.job_id]
+        for g in a.gpus:
+            if g.node not in nodes or not 0 <= g.gpu < nodes[g.node].gpus:
+                found.append(f"job {a.job_id!r} holds GPU {g.node}:{g.gpu}, which does not exist")
+                continue
+            if (g.node, g.gpu) in holder:
+                found.append(f"GPU {g.node}:{g.gpu} given to {holder[g.node, g.gpu]!r} and {a.job_id!r}")
+            holder[g.node, g.gpu] = a.job_id
+        if not a.gpus:
+            continue
+        if not job.min_gpus <= len(a.gpus) <= job.max_gpus:
+            found.append(f"job {a.job_id!r} got {len(a.gpus)} GPUs outside its [{job.min_gpus}, {job.max_gpus}]")
+        types = {nodes[g.node].gpu_type for g in a.gpus if g.node in nodes}
+        if len(types) > 1 or not types <= set(job.throughput):
+            found.append(f"job {a.job_id!r} runs on GPU types {sorted(types)} it has no model for, or mixes them")
+        if a.total_bsz != len(a.gpus) * a.local_bsz * (a.accum_steps + 1):
+            found.append(f"job {a.job_id!r}: total batch {a.total_bsz} != GPUs x local x (accum + 1)")
+        b = job.batch
+        if not b.min_local_bsz <= a.local_bsz <= b.max_local_bsz:
+            found.append(f"job {a.job_id!r}: local batch {a.local_bsz} outside [{b.min_local_bsz}, {b.max_local_bsz}]")
+        if a.total_bsz > max(b.max_bsz, job.fixed_bsz or 0):
+            found.append(f"job {a.job_id!r}: total batch {a.total_bsz} above its maximum {b.max_bsz}")
+    missing = set(jobs) - seen_jobs
+    if missing:
+        found.append(f"jobs without an allocation entry: {sorted(missing)}")
+    return found
+
+
+def verify(round_input: RoundInput, allocations: tuple[JobAllocation, ...]) -> None:
+    """Raise VerificationError listing every rule the allocation breaks."""
+    found = problems(round_input, allocations)
+    if found:
+        raise VerificationError(found)
