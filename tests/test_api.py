@@ -1,0 +1,179 @@
+"""solve_round() and the CLI as their users meet them: JSON in, verified JSON out, clear errors."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+
+import schedlab
+from schedlab import InputError, parse_round_input, round_input_to_dict, round_result_to_dict, solve_round
+from schedlab.api import SOLVERS
+from schedlab.bench import random_round
+from schedlab.solvers.outcome import FAILED, SolveOutcome
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "round-16x4.json"
+SCHEMAS = Path(schedlab.__file__).parent / "schemas"
+
+
+def _example() -> dict:
+    return json.loads(EXAMPLE.read_text())
+
+
+def _schema(name: str) -> dict:
+    return json.loads((SCHEMAS / name).read_text())
+
+
+def test_example_round_solves_optimally_and_uses_the_cluster():
+    res = solve_round(_example())
+    assert res.status == "optimal" and res.verified
+    assert sum(a.num_gpus for a in res.allocations) == 64
+    running = {j["id"] for j in _example()["jobs"] if j.get("current_gpus")}
+    assert running  # the example exercises restarts
+    for a in res.allocations:
+        if a.gpus:
+            assert a.total_bsz == a.num_gpus * a.local_bsz * (a.accum_steps + 1)
+            assert a.goodput > 0
+
+
+def test_published_schemas_accept_the_example_and_its_result():
+    jsonschema.validate(_example(), _schema("round_input.schema.json"))
+    jsonschema.validate(round_result_to_dict(solve_round(_example())), _schema("round_result.schema.json"))
+
+
+def test_dataclass_and_json_inputs_give_the_same_answer():
+    ri = random_round(np.random.default_rng(5), 32, 12)
+    assert parse_round_input(round_input_to_dict(ri)) == ri
+    a, b = solve_round(ri), solve_round(round_input_to_dict(ri))
+    assert a.allocations == b.allocations and a.objective == pytest.approx(b.objective)
+
+
+def test_inline_profile_for_an_embedding_schedulers_own_model():
+    params = {"alpha_c": 0.05, "beta_c": 0.001, "alpha_n": 0.2, "beta_n": 0.01, "alpha_r": 0.05,
+              "beta_r": 0.005, "gamma": 1.5}
+    raw = {"cluster": {"nodes": [{"id": "a", "gpus": 8, "gpu_type": "a100"}]},
+           "jobs": [{"id": "llm", "throughput_params": {"a100": params}, "grad_stats": {"sqr": 1.0, "var": 50.0},
+                     "batch": {"init_bsz": 32, "max_bsz": 1024, "min_local_bsz": 8, "max_local_bsz": 64}}]}
+    res = solve_round(raw)
+    assert res.status == "optimal"
+    assert res.allocation("llm").num_gpus == 8
+
+
+BAD_INPUTS = [
+    (lambda d: d["jobs"][0].update(application="resnet9000"), "jobs[0].application: unknown application 'resnet9000'"),
+    (lambda d: d["jobs"][1].update(min_gpus=-2), "jobs[1].min_gpus: must be >= 0"),
+    (lambda d: d["jobs"][1].update(max_gpus=2.5), "jobs[1].max_gpus: must be a whole number"),
+    (lambda d: d["jobs"][2].update(age_s=float("nan")), "jobs[2].age_s: must be a finite number"),
+    (lambda d: d["jobs"][3].update(id=d["jobs"][0]["id"]), "jobs[3].id: duplicate id"),
+    (lambda d: d["jobs"][4].update(min_gpus=65), "jobs[4].min_gpus: 65 exceeds the cluster's 64 GPUs"),
+    (lambda d: d["jobs"][4].update(min_gpus=4, max_gpus=2), "jobs[4].max_gpus: 2 is below min_gpus 4"),
+    (lambda d: d["cluster"]["nodes"][0].update(gpus=-1), "cluster.nodes[0].gpus: must be >= 0"),
+    (lambda d: d["jobs"][5].update(current_gpus=[{"node": "nowhere", "gpu": 0}]), "node 'nowhere' is not in the cluster"),
+    (lambda d: d["jobs"][5].update(current_gpus=[{"node": "n0", "gpu": 9}]), "GPU 9 does not exist on node 'n0'"),
+    (lambda d: d["settings"].update(p="fair"), "settings.p: must be a number or \"-inf\""),
+    (lambda d: d["settings"].update(time_limit_s=0), "settings.time_limit_s: must be > 0"),
+    (lambda d: d.update(extra=1), "extra: unknown top-level key"),
+    (lambda d: d["jobs"].append({"id": "x"}), "jobs[40]: needs an application name"),
+]
+
+
+@pytest.mark.parametrize("mutate, message", BAD_INPUTS)
+def test_each_bad_input_gets_one_clear_error(mutate, message):
+    raw = _example()
+    mutate(raw)
+    with pytest.raises(InputError) as err:
+        solve_round(raw)
+    assert any(message in p for p in err.value.problems), err.value.problems
+
+
+def test_a_gpu_held_by_two_jobs_is_reported_with_both():
+    raw = _example()
+    holder = next(j for j in raw["jobs"] if j.get("current_gpus"))
+    other = next(j for j in raw["jobs"] if not j.get("current_gpus"))
+    other["current_gpus"] = [holder["current_gpus"][0]]
+    with pytest.raises(InputError, match=f"also held by job '{holder['id']}'"):
+        solve_round(raw)
+
+
+def test_all_problems_are_reported_at_once():
+    raw = _example()
+    raw["jobs"][0]["min_gpus"] = -1
+    raw["jobs"][1]["application"] = "nope"
+    with pytest.raises(InputError) as err:
+        solve_round(raw)
+    assert len(err.value.problems) == 2
+
+
+@pytest.mark.parametrize("failure", ["no point", "crash"])
+def test_solver_failure_yields_a_verified_fallback(monkeypatch, failure):
+    def broken(opts, settings):
+        if failure == "crash":
+            raise MemoryError("solver ran out of memory")
+        return SolveOutcome(FAILED, None, math.nan, math.nan, 0.5, "time limit reached, no solution"), 0.0
+
+    monkeypatch.setitem(SOLVERS, "highs", broken)
+    res = solve_round(_example())
+    assert res.status == "fallback" and res.verified
+    assert round_result_to_dict(res)["bound"] is None
+    running = {j["id"]: j["current_gpus"] for j in _example()["jobs"] if j.get("current_gpus")}
+    for job_id, gpus in running.items():  # the fallback keeps running jobs in place
+        assert [(g.node, g.gpu) for g in res.allocation(job_id).gpus] == sorted((g["node"], g["gpu"]) for g in gpus)
+    assert sum(a.num_gpus for a in res.allocations) > sum(map(len, running.values()))
+
+
+def test_time_limited_solve_still_returns_a_verified_answer():
+    ri = random_round(np.random.default_rng(11), 512, 300)
+    res = solve_round(ri, time_limit_s=0.001)
+    assert res.verified and res.status in {"optimal", "time_limit", "fallback"}
+
+
+def test_solvers_agree_on_the_example():
+    objectives = {s: solve_round(_example(), solver=s).objective for s in ("highs", "cpsat", "appsi_highs")}
+    assert objectives["cpsat"] == pytest.approx(objectives["highs"], rel=1e-5)
+    assert objectives["appsi_highs"] == pytest.approx(objectives["highs"], rel=1e-6)
+
+
+def _cli(*args, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "schedlab.cli", *args], input=stdin, capture_output=True, text=True)
+
+
+def test_cli_solve_writes_result_json():
+    out = _cli("solve", str(EXAMPLE), "--solver", "cpsat", "--time-limit", "20")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    jsonschema.validate(result, _schema("round_result.schema.json"))
+    assert result["solver"] == "cpsat"
+
+
+def test_cli_rejects_malformed_json_without_traceback(tmp_path):
+    bad = tmp_path / "round.json"
+    bad.write_text('{"cluster": {"nodes": [}')
+    out = _cli("solve", str(bad))
+    assert out.returncode == 2
+    assert "is not valid JSON" in out.stderr and "line 1" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_cli_reports_invalid_fields_without_traceback():
+    raw = _example()
+    raw["jobs"][0]["application"] = "resnet9000"
+    out = _cli("solve", "-", stdin=json.dumps(raw))
+    assert out.returncode == 2
+    assert "jobs[0].application" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_cli_bench_prints_the_documented_keys():
+    out = _cli("bench", "--gpus", "16", "--jobs", "10", "--rounds", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    for key in ("build_p50_ms", "solve_p50_ms", "total_p50_ms", "total_p95_ms", "gap_max", "status_counts"):
+        assert key in summary
+    assert summary["status_counts"] == {"optimal": 2}

@@ -1,0 +1,62 @@
+"""Property tests: whatever the round, no answer breaks capacity, bounds or one-config-per-job."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import tiny_round
+from schedlab import solve_round
+from schedlab.bench import random_round
+from schedlab.formulations.goodput import decode
+from schedlab.formulations.options import enumerate_options
+from schedlab.solvers.heuristics import greedy_choice
+from schedlab.state import Settings
+
+
+def _assert_valid(ri, allocations):
+    gpus = {n.id: n.gpus for n in ri.cluster.nodes}
+    jobs = {j.id: j for j in ri.jobs}
+    assert Counter(a.job_id for a in allocations) == Counter(jobs.keys())  # exactly one entry per job
+    used = Counter()
+    for a in allocations:
+        assert len(set(a.gpus)) == len(a.gpus)
+        for g in a.gpus:
+            assert 0 <= g.gpu < gpus[g.node]
+            used[g.node] += 1
+        assert a.num_gpus == 0 or jobs[a.job_id].min_gpus <= a.num_gpus <= jobs[a.job_id].max_gpus
+    assert all(used[n] <= gpus[n] for n in used)
+    assert len({(a.job_id, g) for a in allocations for g in a.gpus}) == sum(used.values())
+    holders = Counter(g for a in allocations for g in a.gpus)
+    assert all(v == 1 for v in holders.values())
+
+
+rounds = st.builds(
+    lambda seed, gpus, jobs, p, gpn: (np.random.default_rng(seed), gpus, jobs, p, gpn),
+    st.integers(0, 2**32 - 1), st.sampled_from([4, 8, 16, 32, 64]), st.integers(0, 60),
+    st.sampled_from([1.0, 0.0, -0.5, -1.0, -math.inf]), st.sampled_from([2, 4, 8]),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rounds)
+def test_solved_rounds_are_always_valid(args):
+    rng, gpus, jobs, p, gpn = args
+    ri = random_round(rng, max(gpus, gpn), jobs, gpus_per_node=gpn, settings=Settings(p=p))
+    _assert_valid(ri, solve_round(ri).allocations)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([1.0, -1.0, -math.inf]))
+def test_greedy_fallback_is_always_valid_even_with_odd_running_placements(seed, p):
+    ri = tiny_round(np.random.default_rng(seed), p=p, max_jobs=8, max_nodes=4)
+    opts = enumerate_options(ri)
+    allocations = decode(opts, greedy_choice(opts))
+    _assert_valid(ri, allocations)
+    for job in ri.jobs:  # running jobs are never moved by the fallback
+        a = next(a for a in allocations if a.job_id == job.id)
+        assert not a.restarted

@@ -1,0 +1,95 @@
+"""The round model is exact: brute force, backend agreement, and the Pyomo/array identity."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from brute_force import best_objective, feasible_choices
+from conftest import tiny_round
+from schedlab.bench import random_round
+from schedlab.formulations.goodput import build_arrays, build_pyomo, decode, objective_value
+from schedlab.formulations.options import enumerate_options
+from schedlab.solvers.cpsat import solve_cpsat
+from schedlab.solvers.highs_direct import solve_highs
+from schedlab.solvers.pyomo_backend import solve_pyomo
+from schedlab.state import Settings
+from schedlab.verify import verify
+
+P_VALUES = (1.0, -1.0, -math.inf)
+
+
+def _with_p(ri, p):
+    return replace(ri, settings=replace(ri.settings, p=p))
+
+
+def _solve(opts, solver=solve_highs):
+    out = solver(build_arrays(opts), 30.0, 0.0)
+    assert out.status == "optimal"
+    return out, out.values[: opts.num_options] > 0.5
+
+
+def _check_tiny_rounds(seed: int, count: int, max_jobs: int) -> None:
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        base = tiny_round(rng, max_jobs=max_jobs)
+        choices = feasible_choices(enumerate_options(_with_p(base, 1.0), prune=False))
+        for p in P_VALUES:
+            ri = _with_p(base, p)
+            full = enumerate_options(ri, prune=False)  # brute force sees every option
+            opts = enumerate_options(ri)  # the solver sees the pruned set
+            expected = best_objective(full, choices)
+            highs, chosen = _solve(opts)
+            cpsat, chosen_cp = _solve(opts, solve_cpsat)
+            tol = 1e-6 * max(1.0, abs(expected))
+            assert objective_value(opts, chosen) == pytest.approx(expected, abs=tol), (p, ri)
+            assert objective_value(opts, chosen_cp) == pytest.approx(expected, abs=1e-4 * max(1, abs(expected)))
+            verify(ri, decode(opts, chosen))  # the counted optimum is realizable on real GPUs
+            verify(ri, decode(opts, chosen_cp))
+
+
+def test_milp_equals_brute_force_on_tiny_rounds():
+    _check_tiny_rounds(seed=1, count=200, max_jobs=5)
+
+
+@pytest.mark.slow
+def test_milp_equals_brute_force_on_many_tiny_rounds():
+    _check_tiny_rounds(seed=2, count=400, max_jobs=6)
+
+
+@pytest.mark.parametrize("p", P_VALUES)
+def test_pyomo_and_array_builds_are_the_same_model(p):
+    rng = np.random.default_rng(7)
+    for _ in range(15):
+        ri = random_round(rng, 32, int(rng.integers(5, 30)), settings=Settings(p=p))
+        opts = enumerate_options(ri)
+        arrays, chosen = _solve(opts)
+        pyomo = solve_pyomo(build_pyomo(opts), "appsi_highs", 30.0, 0.0)
+        assert pyomo.status == "optimal"
+        assert pyomo.objective == pytest.approx(arrays.objective, rel=1e-6, abs=1e-9)
+        assert objective_value(opts, pyomo.values > 0.5) == pytest.approx(arrays.objective, rel=1e-6, abs=1e-9)
+
+
+def test_warm_start_point_is_feasible_and_keeps_running_jobs():
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        ri = tiny_round(rng, p=float(rng.choice([1.0, -1.0, -math.inf])))
+        opts = enumerate_options(ri)
+        model = build_arrays(opts)
+        assert model.max_violation(model.start) <= 1e-9
+        stays = model.start[: opts.num_options] > 0.5
+        assert set(opts.job[stays]) == set(opts.stay_nodes)
+
+
+def test_highspy_and_ortools_solve_in_one_process():
+    # Both libraries ship a libhighs; the pin (highspy 1.12.0 with ortools 9.15) keeps them compatible.
+    import highspy  # noqa: F401
+    from ortools.sat.python import cp_model  # noqa: F401
+
+    opts = enumerate_options(random_round(np.random.default_rng(0), 16, 8))
+    a, _ = _solve(opts)
+    b, _ = _solve(opts, solve_cpsat)
+    assert a.objective == pytest.approx(b.objective, rel=1e-5)
