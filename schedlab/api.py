@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from schedlab.errors import InputError, SchedlabError
+from schedlab.errors import SchedlabError
 from schedlab.formulations.goodput import build_arrays, build_pyomo, decode, objective_value
 from schedlab.formulations.options import OptionSet, enumerate_options
 from schedlab.io import parse_round_input, round_input_to_dict
@@ -111,5 +111,3 @@ def solve_round(round_input: RoundInput | Mapping[str, Any], *, solver: str | No
     return RoundResult(allocations, FALLBACK, s.solver, objective_value(opts, chosen), math.nan, math.inf,
                        build_s, outcome.solve_s, True, f"greedy fallback: {outcome.message}")
 
-
-__all__ = ["solve_round", "SOLVERS", "InputError"]

@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except SchedlabError as exc:
         return _fail(str(exc))
+    except BrokenPipeError:  # the reader (e.g. `| head`) left: not an error of ours
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

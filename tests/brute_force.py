@@ -57,12 +57,12 @@ def feasible_choices(opts: OptionSet) -> list[tuple[int | None, ...]]:
 
 def best_objective(opts: OptionSet, choices: list[tuple[int | None, ...]]) -> float:
     """The best objective over the combinations, restated from the model's definition:
-    sum_j (U(s'_c) if job j takes c else U0_j); for max-min, min_j s'_j + eps * that sum."""
+    sum_j (U(s'_c) if job j takes c else U0_j); for max-min, 1000 |J| min_j s'_j + that sum."""
     chosen = np.array([[-1 if c is None else c for c in combo] for combo in choices], dtype=int)
     taken = chosen >= 0
     util = np.where(taken, opts.utility[np.maximum(chosen, 0)], opts.U0[None, :])
     total = util.sum(axis=1)
     if opts.round_input.settings.max_min:
         speed = np.where(taken, opts.penalized_speedup[np.maximum(chosen, 0)], 0.0)
-        total = speed.min(axis=1) + 1e-3 / opts.num_jobs * total
+        total = 1e3 * opts.num_jobs * speed.min(axis=1) + total
     return float(total.max())

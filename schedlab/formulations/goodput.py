@@ -23,7 +23,10 @@ Variables
     t >= 0                 (max-min only) the smallest speedup
 Objective
     p > -inf:  maximize  sum_j U0_j + sum_c (u_c - U0_j(c)) x_c
-    p = -inf:  maximize  t + eps * [the p = 1 objective],   eps = 1e-3 / |J|
+    p = -inf:  maximize  M * t + [the p = 1 objective],     M = 1000 |J|
+               (max-min, ties broken by total utility; the same as t + eps * [...] with
+               eps = 1/M, but with eps ~ 1e-4 HiGHS 1.12 stopped up to 1e-4 short of the
+               optimum on tiny rounds: its absolute tolerances swallowed the tie-break)
 Constraints
     (one)    sum_{c in C_j} x_c <= 1                                             for j in J
     (level)  sum_{c in New_g, z_c >= d} (a_c / d) x_c
@@ -63,7 +66,7 @@ class Structure:
     single_stayer: dict[int, tuple[int, int]]  # k in K1 -> (stay option c, h_kc)
     multi_stayer: dict[int, list[tuple[int, int]]]  # k in K2 -> [(c, h_kc)]
     node_group: dict[int, int]
-    eps: float
+    max_min_weight: float
 
 
 def structure(opts: OptionSet) -> Structure:
@@ -80,17 +83,13 @@ def structure(opts: OptionSet) -> Structure:
         single_stayer={k: hs[0] for k, hs in holders.items() if len(hs) == 1},
         multi_stayer={k: hs for k, hs in holders.items() if len(hs) > 1},
         node_group=node_group,
-        eps=1e-3 / max(opts.num_jobs, 1),
+        max_min_weight=1e3 * max(opts.num_jobs, 1),
     )
 
 
-def _objective_coefficients(opts: OptionSet, st: Structure) -> tuple[np.ndarray, float]:
-    """Coefficients of x and the constant, for the (secondary, if max-min) p-mean objective."""
-    coef = opts.utility - opts.U0[opts.job]
-    offset = float(opts.U0.sum())
-    if opts.round_input.settings.max_min:
-        return st.eps * coef, st.eps * offset
-    return coef, offset
+def _objective_coefficients(opts: OptionSet) -> tuple[np.ndarray, float]:
+    """Coefficients of x and the constant of the p-mean objective (max-min's tie-break)."""
+    return opts.utility - opts.U0[opts.job], float(opts.U0.sum())
 
 
 def build_arrays(opts: OptionSet) -> MilpArrays:
@@ -135,7 +134,7 @@ def build_arrays(opts: OptionSet) -> MilpArrays:
         add_rows(np.concatenate([np.arange(J), opts.job]), np.concatenate([np.full(J, t_col), np.arange(n)]),
                  np.concatenate([np.ones(J), -opts.penalized_speedup]), np.zeros(J))
 
-    coef, offset = _objective_coefficients(opts, st)
+    coef, offset = _objective_coefficients(opts)
     c = np.zeros(num_cols)
     c[:n] = coef
     col_hi = np.ones(num_cols)
@@ -143,7 +142,7 @@ def build_arrays(opts: OptionSet) -> MilpArrays:
         col_hi[i] = opts.groups[st.node_group[k]].gpus_per_node // d
     integer = np.ones(num_cols, dtype=bool)
     if max_min:
-        c[t_col] = 1.0
+        c[t_col] = st.max_min_weight
         col_hi[t_col] = float(opts.penalized_speedup.max(initial=0.0))
         integer[t_col] = False
     row_hi = np.concatenate(hi)
@@ -173,7 +172,7 @@ def _current_point(opts, st: Structure, w_cols, num_cols: int, t_col) -> np.ndar
 def build_pyomo(opts: OptionSet) -> pyo.ConcreteModel:
     """The same model in Pyomo, written term by term as in the module docstring."""
     st = structure(opts)
-    coef, offset = _objective_coefficients(opts, st)
+    coef, offset = _objective_coefficients(opts)
     m = pyo.ConcreteModel(name="goodput")
     m.J = pyo.Set(initialize=sorted(set(opts.job.tolist())))
     m.C = pyo.RangeSet(0, opts.num_options - 1) if opts.num_options else pyo.Set(initialize=[])
@@ -209,7 +208,7 @@ def build_pyomo(opts: OptionSet) -> pyo.ConcreteModel:
         m.t = pyo.Var(domain=pyo.NonNegativeReals, bounds=(0, float(opts.penalized_speedup.max(initial=0.0))))
         m.minspd = pyo.Constraint(range(opts.num_jobs), rule=lambda m, j: m.t <= sum(
             opts.penalized_speedup[c] * m.x[c] for c in np.flatnonzero(opts.job == j)))
-        m.obj = pyo.Objective(expr=m.t + p_mean, sense=pyo.maximize)
+        m.obj = pyo.Objective(expr=st.max_min_weight * m.t + p_mean, sense=pyo.maximize)
     else:
         m.obj = pyo.Objective(expr=p_mean, sense=pyo.maximize)
     return m
@@ -218,12 +217,12 @@ def build_pyomo(opts: OptionSet) -> pyo.ConcreteModel:
 def objective_value(opts: OptionSet, chosen: np.ndarray) -> float:
     """The model's objective for a set of chosen options (a boolean mask over options)."""
     st = structure(opts)
-    coef, offset = _objective_coefficients(opts, st)
+    coef, offset = _objective_coefficients(opts)
     value = offset + float(coef @ chosen)
     if opts.round_input.settings.max_min:
         per_job = np.zeros(opts.num_jobs)
         np.add.at(per_job, opts.job, opts.penalized_speedup * chosen)
-        value += (per_job.min() if len(per_job) else 0.0)
+        value += st.max_min_weight * (per_job.min() if len(per_job) else 0.0)
     return value
 
 
