@@ -20,7 +20,7 @@ Parameters
 Variables
     x_c in {0, 1}          option c is chosen
     w_kd in Z, >= 0        d-sized slots left free on a node with several stayers, k in K2_g
-    t >= 0                 (max-min only) the smallest speedup
+    0 <= t <= max s'       (max-min only) the smallest speedup; t = 0 when |J| > GPUs
 Objective
     p > -inf:  maximize  sum_j U0_j + sum_c (u_c - U0_j(c)) x_c
     p = -inf:  maximize  M * t + [the p = 1 objective],     M = 1000 |J|
@@ -87,6 +87,14 @@ def structure(opts: OptionSet) -> Structure:
     )
 
 
+def _max_min_upper(opts: OptionSet) -> float:
+    """Upper bound of t. With more jobs than GPUs some job gets nothing, so t = 0: fixing it
+    spares the solver an LP bound that spreads fractional GPUs over every job."""
+    if opts.num_jobs > opts.round_input.cluster.total_gpus:
+        return 0.0
+    return float(opts.penalized_speedup.max(initial=0.0))
+
+
 def _objective_coefficients(opts: OptionSet) -> tuple[np.ndarray, float]:
     """Coefficients of x and the constant of the p-mean objective (max-min's tie-break)."""
     return opts.utility - opts.U0[opts.job], float(opts.U0.sum())
@@ -143,7 +151,7 @@ def build_arrays(opts: OptionSet) -> MilpArrays:
     integer = np.ones(num_cols, dtype=bool)
     if max_min:
         c[t_col] = st.max_min_weight
-        col_hi[t_col] = float(opts.penalized_speedup.max(initial=0.0))
+        col_hi[t_col] = _max_min_upper(opts)
         integer[t_col] = False
     row_hi = np.concatenate(hi)
     A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(len(row_hi), num_cols))
@@ -205,7 +213,7 @@ def build_pyomo(opts: OptionSet) -> pyo.ConcreteModel:
 
     p_mean = offset + sum(coef[c] * m.x[c] for c in m.C)
     if opts.round_input.settings.max_min:
-        m.t = pyo.Var(domain=pyo.NonNegativeReals, bounds=(0, float(opts.penalized_speedup.max(initial=0.0))))
+        m.t = pyo.Var(domain=pyo.NonNegativeReals, bounds=(0, _max_min_upper(opts)))
         m.minspd = pyo.Constraint(range(opts.num_jobs), rule=lambda m, j: m.t <= sum(
             opts.penalized_speedup[c] * m.x[c] for c in np.flatnonzero(opts.job == j)))
         m.obj = pyo.Objective(expr=st.max_min_weight * m.t + p_mean, sense=pyo.maximize)
