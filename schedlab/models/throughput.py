@@ -71,9 +71,11 @@ def rmsle(predicted, measured) -> float:
 
 def fit_throughput_params(
     num_nodes, num_replicas, local_bsz, step_time, sync_time, rng: np.random.Generator | None = None,
-    restarts: int = 8,
+    restarts: int = 8, start: ThroughputParams | None = None,
 ) -> ThroughputParams:
     """Fit the 7 parameters to measured (nodes, replicas, local batch, step, sync) points.
+
+    `start` (e.g. the previous fit, when one point was added online) is tried first.
 
     We search log(alpha, beta) so that parameters spanning six orders of magnitude are equally
     easy to move, and restart from `restarts` seeded random points besides Pollux's own start:
@@ -97,31 +99,64 @@ def fit_throughput_params(
         pinned |= {3: _TINY, 5: _TINY}
     free = [i for i in range(7) if i not in pinned]
 
-    def unpack(z: np.ndarray) -> ThroughputParams:
-        full = np.array([np.log(1e-1), np.log(1e-2)] * 3 + [1.0])
-        full[free] = z
-        for i, v in pinned.items():
-            full[i] = np.log(v) if i < 6 else v
-        full[:6] = np.exp(full[:6])
-        return ThroughputParams(*full)
+    base = np.array([np.log(1e-1), np.log(1e-2)] * 3 + [1.0])
+    for i, v in pinned.items():
+        base[i] = np.log(v) if i < 6 else v
 
-    def loss(z: np.ndarray) -> float:
-        p = unpack(z)
-        t_c = compute_time_s(p, m)
-        t_iter = _overlap_time_s(p.gamma, t_c, sync_time_s(p, n, r))
-        reg_gamma = 1e-3 * (p.gamma - 1) ** 2
-        reg_retro = 1e-2 * ((p.beta_n / p.alpha_n) ** 2 + (p.beta_r / p.alpha_r) ** 2)
-        return rmsle(t_c, compute) + rmsle(t_iter, step) + reg_gamma + reg_retro
+    def unpack(z: np.ndarray) -> np.ndarray:
+        """(alpha_c, beta_c, alpha_n, beta_n, alpha_r, beta_r, gamma) from the free log-parameters."""
+        full = base.copy()
+        full[free] = z
+        full[:6] = np.exp(full[:6])
+        return full
+
+    # The loss runs hundreds of times per fit: sync_time_s's case split is precomputed as masks.
+    multi = (n > 1).astype(float)
+    local = ((n == 1) & (r > 1)).astype(float)
+    alone = 1.0 - multi - local
+    extra = np.maximum(r - 2, _TINY)
+    log_compute, log_step = np.log(compute), np.log(step)
+    count = float(len(step))
+
+    def loss_and_grad(z: np.ndarray) -> tuple[float, np.ndarray]:
+        """The loss and its exact gradient in the free (log-)parameters."""
+        a_c, b_c, a_n, b_n, a_r, b_r, gamma = unpack(z)
+        t_c = a_c + b_c * m
+        t_n = multi * a_n + local * a_r + alone * _TINY + (multi * b_n + local * b_r + alone * _TINY) * extra
+        pow_c, pow_n = t_c**gamma, t_n**gamma
+        total = pow_c + pow_n
+        e_c = np.log(t_c) - log_compute
+        e_i = np.log(total) / gamma - log_step
+        rms_c, rms_i = np.sqrt(e_c @ e_c / count), np.sqrt(e_i @ e_i / count)
+        w_c = e_c / (count * max(rms_c, 1e-12))  # d rms / d e
+        w_i = e_i / (count * max(rms_i, 1e-12))
+        dlogiter_dtc, dlogiter_dtn = pow_c / (t_c * total), pow_n / (t_n * total)
+        dtc = [a_c * np.ones_like(m), b_c * m]  # d t_c / d log alpha_c, d log beta_c
+        dtn = [multi * a_n, multi * b_n * extra, local * a_r, local * b_r * extra]
+        grad = np.empty(7)
+        for i, d in enumerate(dtc):
+            grad[i] = w_c @ (d / t_c) + w_i @ (dlogiter_dtc * d)
+        for i, d in enumerate(dtn, start=2):
+            grad[i] = w_i @ (dlogiter_dtn * d)
+        dlogiter_dgamma = -np.log(total) / gamma**2 + (pow_c * np.log(t_c) + pow_n * np.log(t_n)) / (gamma * total)
+        grad[6] = w_i @ dlogiter_dgamma + 2e-3 * (gamma - 1)
+        ratio_n, ratio_r = (b_n / a_n) ** 2, (b_r / a_r) ** 2
+        grad[2:6] += 2e-2 * np.array([-ratio_n, ratio_n, -ratio_r, ratio_r])
+        value = rms_c + rms_i + 1e-3 * (gamma - 1) ** 2 + 1e-2 * (ratio_n + ratio_r)
+        return value, grad[free]
 
     log_lo, log_hi = np.log(_TINY), np.log(1e3)
     bounds = [(log_lo, log_hi) if i < 6 else (1.0, 10.0) for i in free]
-    pollux_start = np.array([np.log(1e-1), np.log(1e-2)] * 3 + [1.0 + 1e-3])[free]
-    starts = [pollux_start] + [
+    first_start = np.array([np.log(1e-1), np.log(1e-2)] * 3 + [1.0 + 1e-3])[free]
+    if start is not None:
+        z = np.array([np.log(max(v, _TINY)) for v in astuple(start)[:6]] + [start.gamma])[free]
+        first_start = np.clip(z, [b[0] for b in bounds], [b[1] for b in bounds])
+    starts = [first_start] + [
         np.array([rng.uniform(-9.0, 0.0) if i < 6 else rng.uniform(1.0, 3.0) for i in free])
         for _ in range(restarts)
     ]
-    best = min((minimize(loss, z0, method="L-BFGS-B", bounds=bounds) for z0 in starts), key=lambda res: res.fun)
-    params = unpack(best.x)
+    best = min((minimize(loss_and_grad, z0, jac=True, method="L-BFGS-B", bounds=bounds) for z0 in starts), key=lambda res: res.fun)
+    params = ThroughputParams(*unpack(best.x))
     if not np.any(n > 1):  # Pollux's prior: the network is no faster than the node's bus
         params = ThroughputParams(
             params.alpha_c, params.beta_c,
