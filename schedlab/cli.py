@@ -1,4 +1,4 @@
-"""The `schedlab` command: solve | bench."""
+"""The `schedlab` command: solve | bench | replay."""
 
 from __future__ import annotations
 
@@ -41,6 +41,34 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from schedlab.policies import make_policy
+    from schedlab.replay.engine import ReplayConfig, replay, write_outputs
+    from schedlab.traces import load_workload, trace_jobs
+
+    jobs = trace_jobs(load_workload(args.workload))
+    policy = make_policy(args.policy)
+    config = ReplayConfig(num_nodes=args.nodes, gpus_per_node=args.gpus_per_node, round_s=args.round_s,
+                          restart_delay_s=args.restart_delay_s, throughput_model=args.model)
+    with tqdm(total=len(jobs), unit="job", disable=args.quiet, file=sys.stderr,
+              desc=f"{args.policy} on {args.workload}") as bar:
+        def on_round(now_s: float, done: int) -> None:
+            bar.update(done - bar.n)
+            bar.set_postfix_str(f"t={now_s / 3600:.1f} h", refresh=False)
+
+        result = replay(jobs, policy, config, on_round=on_round)
+    if args.out:
+        write_outputs(result, args.out)
+    if args.json:
+        print(json.dumps(result.summary))
+    else:
+        for k, v in result.summary.items():
+            print(f"{k:18s} {v:.4g}" if isinstance(v, float) else f"{k:18s} {v}")
+    return 0
+
+
 def _fail(message: str) -> int:
     print(f"schedlab: error: {message}", file=sys.stderr)
     return 2
@@ -67,6 +95,20 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--time-limit", type=float, default=10.0)
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(func=_cmd_bench)
+
+    rp = sub.add_parser("replay", help="replay a workload round by round under a policy")
+    rp.add_argument("--workload", required=True, help="Pollux-format CSV, or a shipped name (workload-1..8)")
+    rp.add_argument("--policy", required=True, help="pollux, sia, tiresias, optimus, fifo")
+    rp.add_argument("--nodes", type=int, default=16)
+    rp.add_argument("--gpus-per-node", type=int, default=4)
+    rp.add_argument("--round-s", type=float, default=60.0, help="scheduling interval in seconds")
+    rp.add_argument("--restart-delay-s", type=float, default=30.0, help="seconds without progress after each (re)start")
+    rp.add_argument("--model", choices=["online", "oracle"], default=None,
+                    help="throughput model the policy sees (default: the policy's own)")
+    rp.add_argument("--out", default=None, help="folder for jobs.csv, rounds.csv and summary.json")
+    rp.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    rp.add_argument("--quiet", action="store_true", help="no progress bar")
+    rp.set_defaults(func=_cmd_replay)
     return parser
 
 

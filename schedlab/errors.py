@@ -15,6 +15,10 @@ class InputError(SchedlabError, ValueError):
         super().__init__("invalid round input:\n  - " + "\n  - ".join(self.problems))
 
 
+class ConfigError(SchedlabError, ValueError):
+    """A workload, trace or replay setting is unusable; the message names it and the fix."""
+
+
 class VerificationError(SchedlabError):
     """An allocation broke a rule of the round (capacity, bounds, one config per job)."""
 

@@ -186,6 +186,9 @@ def _parse_job(ck: _Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | No
         num_restarts=ck.number(raw, "num_restarts", where, 0, minimum=0, integer=True),
         fixed_bsz=fixed, restart_cost_s=ck.number(raw, "restart_cost_s", where, None, minimum=0.0),
         application=app,
+        requested_gpus=ck.number(raw, "requested_gpus", where, None, positive=True, integer=True),
+        attained_service_gpu_s=ck.number(raw, "attained_service_gpu_s", where, 0.0, minimum=0.0),
+        remaining_steps=ck.number(raw, "remaining_steps", where, None, minimum=0.0),
     )
 
 
@@ -280,8 +283,11 @@ def round_input_to_dict(ri: RoundInput) -> dict[str, Any]:
             d["current_gpus"] = [_fields(g) for g in job.current_gpus]
         if job.fixed_bsz is not None:
             d["fixed_bsz"] = job.fixed_bsz
-        if job.restart_cost_s is not None:
-            d["restart_cost_s"] = job.restart_cost_s
+        for key in ("restart_cost_s", "requested_gpus", "remaining_steps"):
+            if getattr(job, key) is not None:
+                d[key] = getattr(job, key)
+        if job.attained_service_gpu_s:
+            d["attained_service_gpu_s"] = job.attained_service_gpu_s
         jobs.append(d)
     settings = _fields(ri.settings)
     if ri.settings.max_min:

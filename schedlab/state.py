@@ -72,6 +72,11 @@ class JobSpec:
 
     `throughput` maps GPU type -> fitted parameters; a job can only run on the types it has
     parameters for. `current_gpus` is empty for a job that is not running.
+
+    The last three fields are hints for policies other than the goodput model, which ignores
+    them: the GPU count the user asked for (gang-scheduling baselines), the GPU-seconds the
+    job has received so far (least-attained-service), and the optimizer steps it has left at
+    its fixed batch (remaining-time policies such as Optimus; None = unknown).
     """
 
     id: str
@@ -86,6 +91,9 @@ class JobSpec:
     fixed_bsz: int | None = None
     restart_cost_s: float | None = None
     application: str | None = None
+    requested_gpus: int | None = None
+    attained_service_gpu_s: float = 0.0
+    remaining_steps: float | None = None
 
     @property
     def running(self) -> bool:

@@ -62,6 +62,17 @@ def split_local_batch(local_bsz, num_replicas, init_bsz, max_local_bsz):
     return micro, accum
 
 
+def split_fixed_batch(total_bsz: int, num_replicas: int, limits: BatchLimits) -> tuple[int, int]:
+    """(micro-batch, accumulation steps) of a user-fixed total batch on r GPUs, as the Pollux
+    artifact's jobs run it: the split above, then the micro-batch lowered so that the total
+    never exceeds the largest batch the job supports."""
+    micro, accum = split_local_batch(np.ceil(total_bsz / num_replicas - _EPS), num_replicas, limits.init_bsz,
+                                     limits.max_local_bsz)
+    micro, accum = int(micro), int(accum)
+    micro = min(micro, int(limits.max_bsz / (num_replicas * (accum + 1))))
+    return max(micro, 1), accum
+
+
 def best_batch(params: ThroughputParams, grad: GradStats, limits: BatchLimits, num_nodes, num_replicas, fixed_bsz=0) -> BatchChoice:
     """Best goodput over total batch sizes for each (nodes, replicas) shape.
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+from contextlib import contextmanager
 
 import highspy
 import numpy as np
@@ -11,6 +14,22 @@ from schedlab.solvers.arrays import MilpArrays
 from schedlab.solvers.outcome import FAILED, OPTIMAL, TIME_LIMIT, SolveOutcome
 
 _ROWWISE, _MAXIMIZE = 2, -1
+
+
+@contextmanager
+def _stdout_silenced():
+    """HiGHS 1.12.0 (pinned for ortools) printf()s a stray debug line to the process's stdout
+    during some MIP solves, whatever output_flag says (ERGO-Code/HiGHS#2783, fixed upstream
+    later); it would corrupt JSON written to stdout, so fd 1 points at /dev/null meanwhile."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def solve_highs(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: int = 0) -> SolveOutcome:
@@ -33,7 +52,8 @@ def solve_highs(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: in
         start.value_valid = True
         h.setSolution(start)
     t0 = time.perf_counter()
-    h.run()
+    with _stdout_silenced():
+        h.run()
     solve_s = time.perf_counter() - t0
     status = h.getModelStatus()
     info = h.getInfo()

@@ -1,0 +1,179 @@
+"""The classic baselines, as the Pollux artifact runs them (simulator/tiresias.py, optimus.py).
+
+All three train every job at the batch size its user submitted (JobSpec.fixed_bsz) and place
+new work greedily on the nodes with the most free GPUs; a job that keeps its GPU count keeps
+its GPUs.
+
+tiresias  Two-queue discretized least-attained-service (Gu et al., NSDI'19): a job starts in
+          queue 0 and is demoted to queue 1 once it has received 16 GPU-hours; queue 0 before
+          queue 1, first come first served within a queue (demotion order in queue 1). Jobs are
+          gang-scheduled at their requested GPU count; a job that does not fit waits (and is
+          preempted if it was running) while smaller jobs behind it may run.
+optimus   Optimus (Peng et al., EuroSys'18) with the artifact's oracle: every job gets one GPU
+          (arrival order) while GPUs last, then GPUs go one at a time to the job whose
+          predicted remaining time (steps left x predicted step time) drops the most, up to
+          fixed_bsz / min_local_bsz GPUs.
+fifo      Static requests, first come first served, no preemption and no backfilling: the
+          oldest waiting job starts as soon as its requested GPUs are free.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from schedlab.models.efficiency import goodput, split_fixed_batch
+from schedlab.models.throughput import step_time_s
+from schedlab.state import GpuRef, JobAllocation, JobSpec, RoundInput, RoundResult
+from schedlab.verify import verify
+
+HEURISTIC = "heuristic"
+
+
+class FreeGpus:
+    """Free GPUs per node; takes from the node with the most free GPUs first (ties: cluster order)."""
+
+    def __init__(self, round_input: RoundInput, held: dict[str, tuple[GpuRef, ...]]):
+        taken = {g for gpus in held.values() for g in gpus}
+        self.free = {n.id: [k for k in range(n.gpus) if GpuRef(n.id, k) not in taken] for n in round_input.cluster.nodes}
+
+    @property
+    def count(self) -> int:
+        return sum(map(len, self.free.values()))
+
+    def take(self, count: int) -> tuple[GpuRef, ...]:
+        if count > self.count:
+            raise ValueError(f"asked for {count} GPUs, {self.count} free")
+        out: list[GpuRef] = []
+        while len(out) < count:
+            node = max(self.free, key=lambda k: len(self.free[k]))
+            n = min(len(self.free[node]), count - len(out))
+            out += [GpuRef(node, k) for k in self.free[node][:n]]
+            del self.free[node][:n]
+        return tuple(out)
+
+
+def fixed_allocation(job: JobSpec, gpus: tuple[GpuRef, ...]) -> JobAllocation:
+    """The allocation of a job training at its submitted batch on `gpus`."""
+    if not gpus:
+        return JobAllocation(job.id)
+    r = len(gpus)
+    micro, accum = split_fixed_batch(job.fixed_bsz or job.batch.init_bsz, r, job.batch)
+    params = next(iter(job.throughput.values()))
+    nodes = len({g.node for g in gpus})
+    value = float(goodput(params, job.grad_stats, job.batch.init_bsz, nodes, r, micro, accum))
+    restarted = bool(job.current_gpus) and set(gpus) != set(job.current_gpus)
+    return JobAllocation(job.id, gpus, r * micro * (accum + 1), micro, accum, value, 0.0, restarted)
+
+
+def arrival_order(jobs: tuple[JobSpec, ...]) -> list[JobSpec]:
+    """Oldest first; jobs of the same age keep their input order."""
+    return sorted(jobs, key=lambda j: -j.age_s)
+
+
+def _result(round_input: RoundInput, name: str, gpus: dict[str, tuple[GpuRef, ...]], t0: float) -> RoundResult:
+    allocations = tuple(fixed_allocation(j, gpus.get(j.id, ())) for j in round_input.jobs)
+    verify(round_input, allocations)
+    return RoundResult(allocations, HEURISTIC, name, math.nan, math.nan, math.nan, 0.0,
+                       time.perf_counter() - t0, True)
+
+
+def _place(round_input: RoundInput, counts: dict[str, int], order: list[JobSpec]) -> dict[str, tuple[GpuRef, ...]]:
+    """Keep the GPUs of jobs whose count is unchanged; place the others in `order`."""
+    kept = {j.id: j.current_gpus for j in round_input.jobs
+            if j.current_gpus and len(j.current_gpus) == counts.get(j.id, 0)}
+    free = FreeGpus(round_input, kept)
+    out = dict(kept)
+    for job in order:
+        if counts.get(job.id, 0) and job.id not in out:
+            out[job.id] = free.take(counts[job.id])
+    return out
+
+
+def _requested(job: JobSpec) -> int:
+    return job.requested_gpus or job.min_gpus
+
+
+@dataclass
+class TiresiasPolicy:
+    threshold_gpu_s: float = 16 * 3600.0
+    name: ClassVar[str] = "tiresias"
+    adaptive_batch: ClassVar[bool] = False
+    throughput_model: ClassVar[str] = "oracle"
+    _demoted: dict[str, int] = field(default_factory=dict)
+
+    def schedule(self, round_input: RoundInput) -> RoundResult:
+        t0 = time.perf_counter()
+        jobs = arrival_order(round_input.jobs)
+        for job in jobs:
+            if job.attained_service_gpu_s >= self.threshold_gpu_s and job.id not in self._demoted:
+                self._demoted[job.id] = len(self._demoted)
+        queue0 = [j for j in jobs if j.id not in self._demoted]
+        queue1 = sorted((j for j in jobs if j.id in self._demoted), key=lambda j: self._demoted[j.id])
+        left, counts = round_input.cluster.total_gpus, {}
+        for job in queue0 + queue1:
+            if _requested(job) <= left:
+                counts[job.id] = _requested(job)
+                left -= counts[job.id]
+        return _result(round_input, self.name, _place(round_input, counts, queue0 + queue1), t0)
+
+
+@dataclass
+class OptimusPolicy:
+    name: ClassVar[str] = "optimus"
+    adaptive_batch: ClassVar[bool] = False
+    throughput_model: ClassVar[str] = "oracle"
+
+    @staticmethod
+    def predicted_step_s(job: JobSpec, num_replicas: int, gpus_per_node: int) -> float:
+        micro, accum = split_fixed_batch(job.fixed_bsz or job.batch.init_bsz, num_replicas, job.batch)
+        params = next(iter(job.throughput.values()))
+        return float(step_time_s(params, math.ceil(num_replicas / gpus_per_node), num_replicas, micro, accum))
+
+    def schedule(self, round_input: RoundInput) -> RoundResult:
+        t0 = time.perf_counter()
+        gpus_per_node = max(n.gpus for n in round_input.cluster.nodes)
+        left = round_input.cluster.total_gpus
+        counts: dict[str, int] = {}
+        for job in round_input.jobs:
+            if left >= 1:
+                counts[job.id], left = 1, left - 1
+
+        def marginal_gain(job: JobSpec) -> float:
+            r = counts[job.id]
+            if r + 1 > job.max_gpus:
+                return 0.0
+            saved = self.predicted_step_s(job, r, gpus_per_node) - self.predicted_step_s(job, r + 1, gpus_per_node)
+            return saved * (job.remaining_steps or 1.0)
+
+        by_id = {j.id: j for j in round_input.jobs}
+        gains = {k: marginal_gain(by_id[k]) for k in counts}
+        while left > 0 and gains and max(gains.values()) > 0:
+            best = max(gains, key=gains.__getitem__)
+            counts[best] += 1
+            left -= 1
+            gains[best] = marginal_gain(by_id[best])
+        order = sorted(round_input.jobs, key=lambda j: counts.get(j.id, 0))
+        return _result(round_input, self.name, _place(round_input, counts, order), t0)
+
+
+@dataclass
+class FifoPolicy:
+    name: ClassVar[str] = "fifo"
+    adaptive_batch: ClassVar[bool] = False
+    throughput_model: ClassVar[str] = "oracle"
+
+    def schedule(self, round_input: RoundInput) -> RoundResult:
+        t0 = time.perf_counter()
+        counts = {j.id: len(j.current_gpus) for j in round_input.jobs if j.current_gpus}
+        left = round_input.cluster.total_gpus - sum(counts.values())
+        for job in arrival_order(round_input.jobs):
+            if job.id in counts:
+                continue
+            if _requested(job) > left:
+                break
+            counts[job.id] = _requested(job)
+            left -= counts[job.id]
+        return _result(round_input, self.name, _place(round_input, counts, arrival_order(round_input.jobs)), t0)

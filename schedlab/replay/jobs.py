@@ -1,0 +1,176 @@
+"""A replayed job: its trace record, its state, its own online model, and how it advances.
+
+A job advances through a round as in the Pollux artifact's simulator (Job.step): after every
+(re)allocation it makes no progress for the restart delay; then it progresses at
+gain / step_time per second (true values from replay.truth) and crosses epoch boundaries
+exactly: the JCT of a job finishing mid-round is the exact crossing time, not the round end.
+Adaptive jobs (Pollux's agent) re-pick their batch after every segment from their own model,
+fitted online to the (placement, local batch) -> step/sync times they have actually measured.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from schedlab.models.efficiency import best_batch, gain
+from schedlab.models.throughput import fit_throughput_params
+from schedlab.replay.truth import ApplicationTruth, BatchSplit
+from schedlab.state import GpuRef, GradStats, ThroughputParams
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    """One job of a workload: what the user submitted."""
+
+    name: str
+    application: str
+    submit_s: float
+    num_replicas: int
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class JobState:
+    job: TraceJob
+    gpus: tuple[GpuRef, ...] = ()
+    split: BatchSplit | None = None
+    progress: float = 0.0
+    epoch: int = 0
+    rescale_left_s: float = 0.0
+    attained_gpu_s: float = 0.0
+    num_allocations: int = 0
+    completion_s: float | None = None
+    grad: GradStats | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.completion_s is not None
+
+    @property
+    def num_restarts(self) -> int:
+        """Reallocations after the first start (the artifact's num_restarts)."""
+        return max(self.num_allocations - 1, 0)
+
+    @property
+    def placement(self) -> tuple[int, ...]:
+        """GPUs per node, nodes in the order the job holds them."""
+        counts: dict[str, int] = {}
+        for g in self.gpus:
+            counts[g.node] = counts.get(g.node, 0) + 1
+        return tuple(counts.values())
+
+    @property
+    def total_bsz(self) -> int:
+        return self.split.total_bsz(len(self.gpus)) if self.split and self.gpus else 0
+
+
+class JobAgent:
+    """What the job itself knows: measured step times per configuration and a model fitted to
+    them (Pollux's agent). Fits lazily, warm-started from the previous fit."""
+
+    def __init__(self, truth: ApplicationTruth, adaptive: bool):
+        self.truth = truth
+        self.adaptive = adaptive
+        self._profile: dict[tuple[int, int, int], tuple[float, float]] = {}
+        self._params: ThroughputParams | None = None
+        self._stale = False
+
+    def observe(self, num_nodes: int, num_replicas: int, local_bsz: int, step_s: float, sync_s: float) -> None:
+        key = (num_nodes, num_replicas, local_bsz)
+        if key not in self._profile:
+            self._profile[key] = (step_s, sync_s)
+            self._stale = True
+
+    @property
+    def max_profiled_replicas(self) -> int:
+        return max((k[1] for k in self._profile), default=0)
+
+    @property
+    def params(self) -> ThroughputParams | None:
+        """The fitted model, or None before the first measurement."""
+        if self._stale:
+            keys = np.array(list(self._profile), dtype=float)
+            vals = np.array(list(self._profile.values()), dtype=float)
+            self._params = fit_throughput_params(keys[:, 0], keys[:, 1], keys[:, 2], vals[:, 0], vals[:, 1],
+                                                 restarts=0, start=self._params)
+            self._stale = False
+        return self._params
+
+    def choose_split(self, state: JobState, fixed_bsz: int | None) -> BatchSplit:
+        """The batch the job runs on its GPUs: fixed by the user, or the best goodput under its
+        own model (before any measurement: the smallest batch that fits, as Pollux's agent)."""
+        r = len(state.gpus)
+        if fixed_bsz is not None:
+            return self.truth.split_fixed_batch(fixed_bsz, r)
+        params = self.params
+        if params is None or state.grad is None:
+            return self.truth.split_fixed_batch(max(self.truth.init_bsz, self.truth.min_local_bsz * r), r)
+        choice = best_batch(params, state.grad, self.truth.limits, len(state.placement), r)
+        return BatchSplit(int(choice.local_bsz[0]), int(choice.accum_steps[0]))
+
+
+def advance(state: JobState, truth: ApplicationTruth, agent: JobAgent, fixed_bsz: int | None,
+            now_s: float, seconds: float) -> JobState:
+    """The job's state `seconds` after `now_s` under its current allocation."""
+    r = len(state.gpus)
+    if r == 0 or state.done:
+        return state
+    delay = min(state.rescale_left_s, seconds)
+    s = replace(state, rescale_left_s=state.rescale_left_s - delay, attained_gpu_s=state.attained_gpu_s + delay * r)
+    now_s, seconds = now_s + delay, seconds - delay
+    while seconds > 0 and not s.done:
+        placement, split = s.placement, s.split
+        total = split.total_bsz(r)
+        step, sync = truth.step_sync_s(placement, split.local_bsz)
+        step_s = step + (step - sync) * split.accum_steps
+        grad = truth.grad_stats(total, s.epoch)
+        rate = float(gain(grad, truth.init_bsz, total)) / step_s
+        agent.observe(len(placement), r, split.local_bsz, step, sync)
+        target = truth.progress_at_epoch(s.epoch + 1)
+        dt = (target - s.progress) / rate
+        if dt > seconds:
+            s = replace(s, progress=s.progress + rate * seconds, attained_gpu_s=s.attained_gpu_s + seconds * r, grad=grad)
+            seconds = 0.0
+        else:
+            now_s += dt
+            epoch = s.epoch + 1
+            s = replace(s, progress=target, epoch=epoch, attained_gpu_s=s.attained_gpu_s + dt * r, grad=grad,
+                        completion_s=now_s if epoch >= truth.max_epochs else None)
+            seconds -= dt
+        if agent.adaptive and not s.done:
+            s = replace(s, split=agent.choose_split(s, fixed_bsz))
+    return s
+
+
+def reallocate(state: JobState, agent: JobAgent, gpus: tuple[GpuRef, ...], fixed_bsz: int | None,
+               restart_delay_s: float) -> JobState:
+    """Move the job onto `gpus` (empty: preempt it); a start or move costs the restart delay."""
+    if not gpus:
+        return replace(state, gpus=(), split=None)
+    moved = replace(state, gpus=gpus, rescale_left_s=restart_delay_s, num_allocations=state.num_allocations + 1)
+    return replace(moved, split=agent.choose_split(moved, fixed_bsz))
+
+
+def remaining_steps(state: JobState, truth: ApplicationTruth, total_bsz: int) -> float:
+    """True optimizer steps left at a fixed total batch (Optimus+Oracle's estimate, indexed as
+    the artifact does: iterations at the completion epoch minus those at the current one)."""
+    last = truth.max_epochs - 1
+    if state.epoch >= last:
+        return 1.0
+    return truth.iterations(total_bsz, last) - truth.iterations(total_bsz, state.epoch)
+
+
+def isolated_time_s(truth: ApplicationTruth, placement: tuple[int, ...], total_bsz: int) -> float:
+    """Time to train from scratch alone on `placement` at a fixed batch, with no restart."""
+    r = sum(placement)
+    split = truth.split_fixed_batch(total_bsz, r)
+    total = split.total_bsz(r)
+    step_s = truth.step_time_s(placement, split)
+    seconds = 0.0
+    for epoch in range(truth.max_epochs):
+        rate = float(gain(truth.grad_stats(total, epoch), truth.init_bsz, total)) / step_s
+        seconds += (truth.progress_at_epoch(epoch + 1) - truth.progress_at_epoch(epoch)) / rate
+    return seconds if math.isfinite(seconds) else math.inf

@@ -1,0 +1,46 @@
+"""The summary of a replay: JCT statistics, makespan, utilization, fairness, restarts, solve times.
+
+finish-time fairness (Themis, NSDI'20, adapted): rho_j = JCT_j / the time job j needs alone
+at the GPUs and batch its user asked for (packed on the fewest nodes, no restart); rho < 1
+means the scheduler did better for the job than its own request on an empty cluster.
+utilization: GPU-seconds held by jobs (restart delays included) over all GPU-seconds between
+the first arrival and the last completion.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+
+def _ms(values: pd.Series, q: float) -> float:
+    values = values.dropna()
+    return float(np.percentile(values, q)) if len(values) else math.nan
+
+
+def summarize(jobs: pd.DataFrame, rounds: pd.DataFrame, total_gpus: int, end_s: float) -> dict:
+    done = jobs.dropna(subset=["jct_s"])
+    first = float(jobs.submit_s.min())
+    last = float(done.completion_s.max()) if len(done) else end_s
+    makespan = last - first
+    jct = done.jct_s
+    return {
+        "jobs_total": int(len(jobs)),
+        "jobs_completed": int(len(done)),
+        "mean_jct_s": float(jct.mean()) if len(done) else math.nan,
+        "p50_jct_s": float(jct.median()) if len(done) else math.nan,
+        "p99_jct_s": float(np.percentile(jct, 99)) if len(done) else math.nan,
+        "makespan_s": makespan,
+        "utilization": float(jobs.attained_gpu_s.sum() / (total_gpus * makespan)) if makespan > 0 else math.nan,
+        "ftf_mean": float(done.ftf.mean()) if len(done) else math.nan,
+        "ftf_max": float(done.ftf.max()) if len(done) else math.nan,
+        "restarts_total": int(jobs.restarts.sum()),
+        "rounds": int(len(rounds)),
+        "solve_p50_ms": _ms(rounds.solve_ms, 50),
+        "solve_p95_ms": _ms(rounds.solve_ms, 95),
+        "solve_max_ms": _ms(rounds.solve_ms, 100),
+        "fallback_rounds": int((rounds.status == "fallback").sum()),
+        "time_limit_rounds": int((rounds.status == "time_limit").sum()),
+    }

@@ -1,0 +1,180 @@
+"""Workloads for replay: loaders for the shipped traces and seeded generators.
+
+A workload is a DataFrame with one row per job and the Pollux artifact's columns
+    name (str), time (submit, s), application (one of the six), num_replicas, batch_size
+(the user's request: GPUs and total batch). Sources:
+- Pollux workloads (workloads/workload-{1..8}.csv, shipped): read as they are.
+- Sia-Philly traces (PAL artifact, shipped): job_id, num_gpus, submit_time, duration, model.
+  `load_sia_philly` reads them as given; `workload_from_sia_philly` maps each job to an
+  application by its GPU-time, as below.
+- The Philly trace (82,247 jobs, shipped): `philly_workload` samples it exactly as Pollux's
+  workload generator does (simulator/workload.py): jobs of >= 60 s and < 1000 GPU-hours, the
+  hours [start, start + duration) of the day, then by GPU-time: < 1 h cifar10 or ncf,
+  < 10 h deepspeech2 (half become bert), < 100 h yolov3, else imagenet; the request is drawn
+  from the application's plausible (replicas, batch) configurations (ApplicationTruth).
+- `synthetic_workload`: Poisson arrivals at a given rate and a given application mix.
+All randomness comes from the numpy Generator passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from schedlab.errors import ConfigError
+from schedlab.models.profiles import APPLICATIONS, data_dir
+from schedlab.replay.jobs import TraceJob
+from schedlab.replay.truth import application_truth
+
+WORKLOAD_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
+SIA_PHILLY_COLUMNS = ("job_id", "num_gpus", "submit_time", "duration", "model")
+PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time")
+
+
+def shipped_workloads() -> dict[str, Path]:
+    """The Pollux artifact's 8 workloads: name (workload-1..8) -> path."""
+    paths = sorted((data_dir() / "pollux" / "workloads").glob("workload-*.csv"), key=lambda p: int(p.stem.split("-")[1]))
+    return {p.stem: p for p in paths}
+
+
+def shipped_sia_philly() -> dict[str, Path]:
+    """The PAL artifact's 8 Sia-Philly traces: name (workload-1..8) -> path."""
+    folder = data_dir() / "pal" / "workload-traces" / "philly"
+    return {p.stem: p for p in sorted(folder.glob("workload-*.csv"), key=lambda p: int(p.stem.split("-")[1]))}
+
+
+def _read_csv(path: str | Path, columns: tuple[str, ...], what: str) -> pd.DataFrame:
+    try:
+        df = pd.read_csv(path)
+    except FileNotFoundError:
+        raise ConfigError(f"workload {str(path)!r} does not exist; give a CSV path"
+                          f" or a shipped name ({', '.join(shipped_workloads())})") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not a readable CSV ({exc})") from None
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ConfigError(f"{path}: missing column(s) {', '.join(missing)}; a {what} has columns {', '.join(columns)}")
+    return df
+
+
+def validate_workload(df: pd.DataFrame, source: str = "workload") -> pd.DataFrame:
+    """Check a workload's columns and values; return it sorted by submit time."""
+    missing = [c for c in WORKLOAD_COLUMNS if c not in df.columns]
+    if missing:
+        raise ConfigError(f"{source}: missing column(s) {', '.join(missing)}; expected {', '.join(WORKLOAD_COLUMNS)}")
+    problems = []
+    unknown = sorted(set(df.application) - set(APPLICATIONS))
+    if unknown:
+        problems.append(f"application {unknown} unknown; use {', '.join(APPLICATIONS)}")
+    for col in ("time", "num_replicas", "batch_size"):
+        values = pd.to_numeric(df[col], errors="coerce")
+        if values.isna().any() or (values < (0 if col == "time" else 1)).any():
+            rows = list(df.index[values.isna() | (values < (0 if col == "time" else 1))][:5])
+            problems.append(f"column {col} needs {'non-negative' if col == 'time' else 'positive'} numbers (rows {rows})")
+    if df.name.duplicated().any():
+        problems.append(f"job names must be unique (duplicates: {sorted(df.name[df.name.duplicated()])[:5]})")
+    for row in df.itertuples():
+        if row.application in APPLICATIONS and not problems:
+            truth = application_truth(row.application)
+            if not truth.init_bsz <= row.batch_size <= truth.max_bsz:
+                problems.append(f"job {row.name}: batch_size {row.batch_size} outside {row.application}'s measured "
+                                f"[{truth.init_bsz}, {truth.max_bsz}]")
+    if problems:
+        raise ConfigError(f"{source}: " + "; ".join(problems))
+    return df.sort_values("time", kind="stable").reset_index(drop=True)
+
+
+def load_workload(path_or_name: str | Path) -> pd.DataFrame:
+    """A Pollux-format workload from a CSV path, or a shipped one by name ("workload-3")."""
+    shipped = shipped_workloads()
+    path = shipped.get(str(path_or_name), path_or_name)
+    return validate_workload(_read_csv(path, WORKLOAD_COLUMNS, "workload"), str(path_or_name))
+
+
+def trace_jobs(workload: pd.DataFrame) -> tuple[TraceJob, ...]:
+    return tuple(TraceJob(str(r.name), str(r.application), float(r.time), int(r.num_replicas), int(r.batch_size))
+                 for r in workload.itertuples())
+
+
+def load_sia_philly(path_or_name: str | Path) -> pd.DataFrame:
+    """A Sia-Philly trace (job_id, num_gpus, submit_time, duration, model), path or shipped name."""
+    path = shipped_sia_philly().get(str(path_or_name), path_or_name)
+    return _read_csv(path, SIA_PHILLY_COLUMNS, "Sia-Philly trace")
+
+
+def load_philly(path: str | Path | None = None) -> pd.DataFrame:
+    """The Philly trace (timestamp, duration, num_gpus, gpu_time, cluster); the shipped one by default."""
+    path = path or data_dir() / "pollux" / "traces" / "philly.csv"
+    df = _read_csv(path, PHILLY_COLUMNS, "Philly trace")
+    df["timestamp"] = pd.to_datetime(df.timestamp)
+    return df
+
+
+def _application_by_gpu_time(gpu_time_s: float, rng: np.random.Generator) -> str:
+    hours = gpu_time_s / 3600
+    if hours < 1:
+        return str(rng.choice(["cifar10", "ncf"]))
+    if hours < 10:
+        return "deepspeech2" if rng.random() < 0.5 else "bert"
+    return "yolov3" if hours < 100 else "imagenet"
+
+
+def _request(app: str, rng: np.random.Generator) -> tuple[int, int]:
+    configs = application_truth(app).configurations()
+    return configs[rng.integers(len(configs))]
+
+
+def _workload(times: np.ndarray, apps: list[str], rng: np.random.Generator) -> pd.DataFrame:
+    order = np.argsort(times, kind="stable")
+    rows = []
+    for idx, k in enumerate(order):
+        r, bsz = _request(apps[k], rng)
+        rows.append((f"{apps[k]}-{idx}", float(times[k]), apps[k], r, bsz))
+    return pd.DataFrame(rows, columns=list(WORKLOAD_COLUMNS))
+
+
+def philly_workload(num_jobs: int, rng: np.random.Generator, start_hour: int = 2, duration_h: int = 8,
+                    philly: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Sample a workload from the Philly trace as Pollux's generator does (see module doc)."""
+    trace = load_philly() if philly is None else philly
+    trace = trace[(trace.duration >= 60) & (trace.gpu_time < 1000 * 3600)]
+    stamps = trace.timestamp - pd.Timedelta(hours=start_hour)
+    trace = trace[stamps.dt.hour < duration_h]
+    stamps = stamps[trace.index]
+    if len(trace) < num_jobs:
+        raise ConfigError(f"num_jobs {num_jobs} exceeds the {len(trace)} Philly jobs in that window; lower it")
+    pick = rng.choice(len(trace), size=num_jobs, replace=False)
+    times = (stamps.dt.hour * 3600 + stamps.dt.minute * 60 + stamps.dt.second).to_numpy(float)[pick]
+    apps = [_application_by_gpu_time(g, rng) for g in trace.gpu_time.to_numpy(float)[pick]]
+    return _workload(times, apps, rng)
+
+
+def workload_from_sia_philly(trace: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
+    """A Sia-Philly trace as a Pollux workload: applications by GPU-time (num_gpus x duration)."""
+    gpu_time = trace.num_gpus.to_numpy(float) * trace.duration.to_numpy(float)
+    apps = [_application_by_gpu_time(g, rng) for g in gpu_time]
+    return _workload(trace.submit_time.to_numpy(float), apps, rng)
+
+
+def synthetic_workload(num_jobs: int, jobs_per_hour: float, rng: np.random.Generator,
+                       mix: Mapping[str, float] | None = None) -> pd.DataFrame:
+    """Poisson arrivals at `jobs_per_hour`; applications drawn with weights `mix` (default: the
+    shipped workloads' mix)."""
+    mix = dict(mix or DEFAULT_MIX)
+    unknown = sorted(set(mix) - set(APPLICATIONS))
+    if unknown or not mix or min(mix.values()) < 0 or sum(mix.values()) <= 0:
+        raise ConfigError(f"mix {mix}: weights must be >= 0, sum > 0, applications from {', '.join(APPLICATIONS)}")
+    if num_jobs < 1 or jobs_per_hour <= 0:
+        raise ConfigError("num_jobs must be >= 1 and jobs_per_hour > 0")
+    times = np.cumsum(rng.exponential(3600.0 / jobs_per_hour, size=num_jobs))
+    names = sorted(mix)
+    weights = np.array([mix[a] for a in names], dtype=float)
+    apps = [names[k] for k in rng.choice(len(names), size=num_jobs, p=weights / weights.sum())]
+    return _workload(np.round(times), apps, rng)
+
+
+# Fraction of each application over the 8 shipped Pollux workloads (1,280 jobs).
+DEFAULT_MIX = {"bert": 86, "cifar10": 495, "deepspeech2": 111, "imagenet": 26, "ncf": 503, "yolov3": 59}
