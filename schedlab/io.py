@@ -187,6 +187,7 @@ def _parse_job(ck: _Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | No
         fixed_bsz=fixed, restart_cost_s=ck.number(raw, "restart_cost_s", where, None, minimum=0.0),
         application=app,
         requested_gpus=ck.number(raw, "requested_gpus", where, None, positive=True, integer=True),
+        requested_bsz=ck.number(raw, "requested_bsz", where, None, positive=True, integer=True),
         attained_service_gpu_s=ck.number(raw, "attained_service_gpu_s", where, 0.0, minimum=0.0),
         remaining_steps=ck.number(raw, "remaining_steps", where, None, minimum=0.0),
     )
@@ -283,7 +284,7 @@ def round_input_to_dict(ri: RoundInput) -> dict[str, Any]:
             d["current_gpus"] = [_fields(g) for g in job.current_gpus]
         if job.fixed_bsz is not None:
             d["fixed_bsz"] = job.fixed_bsz
-        for key in ("restart_cost_s", "requested_gpus", "remaining_steps"):
+        for key in ("restart_cost_s", "requested_gpus", "requested_bsz", "remaining_steps"):
             if getattr(job, key) is not None:
                 d[key] = getattr(job, key)
         if job.attained_service_gpu_s:

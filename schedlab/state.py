@@ -74,9 +74,11 @@ class JobSpec:
     parameters for. `current_gpus` is empty for a job that is not running.
 
     The last three fields are hints for policies other than the goodput model, which ignores
-    them: the GPU count the user asked for (gang-scheduling baselines), the GPU-seconds the
+    them: the GPU count and total batch the user asked for (gang-scheduling baselines; ONES
+    scales batch linearly from requested_bsz / requested_gpus per GPU), the GPU-seconds the
     job has received so far (least-attained-service), and the optimizer steps it has left at
-    its fixed batch (remaining-time policies such as Optimus; None = unknown).
+    its fixed batch, or at its initial batch when none is fixed (remaining-time policies such as
+    Optimus and ONES; None = unknown).
     """
 
     id: str
@@ -92,6 +94,7 @@ class JobSpec:
     restart_cost_s: float | None = None
     application: str | None = None
     requested_gpus: int | None = None
+    requested_bsz: int | None = None
     attained_service_gpu_s: float = 0.0
     remaining_steps: float | None = None
 

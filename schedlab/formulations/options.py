@@ -174,8 +174,9 @@ class _Rows:
     gpus: list[int]
 
 
-def _value_rows(rows: _Rows, jobs: tuple[JobSpec, ...]):
-    """Best batch of every row in one call; per-(job, GPU type) parameters gathered by index."""
+def _value_rows(rows: _Rows, jobs: tuple[JobSpec, ...], fixed_bsz: np.ndarray | None = None):
+    """Best batch of every row in one call (or the given total batch per row); per-(job, GPU
+    type) parameters gathered by index."""
     keys = sorted(set(zip(rows.job, rows.gpu_type)))
     key_index = {k: i for i, k in enumerate(keys)}
     table = np.array([_values(jobs[j].throughput[t]) for j, t in keys])
@@ -183,7 +184,7 @@ def _value_rows(rows: _Rows, jobs: tuple[JobSpec, ...]):
     j = np.asarray(rows.job, dtype=int)
     job_grad = np.array([_values(job.grad_stats) for job in jobs])[j]
     job_batch = np.array([_values(job.batch) for job in jobs])[j]
-    fixed = np.array([job.fixed_bsz or 0 for job in jobs])[j]
+    fixed = np.array([job.fixed_bsz or 0 for job in jobs])[j] if fixed_bsz is None else fixed_bsz
     return best_batch(ThroughputParams(*table[idx].T), GradStats(*job_grad.T), BatchLimits(*job_batch.T),
                       rows.nodes, rows.gpus, fixed)
 
@@ -211,6 +212,18 @@ def prune_dominated(job: np.ndarray, group: np.ndarray, num_gpus: np.ndarray, va
             keep[c] = value[c] > best
             best = max(best, value[c])
     return keep
+
+
+def option_goodput(opts: OptionSet, total_bsz: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Goodput, micro-batch and accumulation of every option trained at the given total batch
+    (instead of its best one), e.g. ONES's linear batch scaling."""
+    jobs, nodes = opts.round_input.jobs, opts.round_input.cluster.nodes
+    node_index = {n.id: k for k, n in enumerate(nodes)}
+    types = [opts.groups[g].gpu_type if g >= 0 else nodes[node_index[jobs[j].current_gpus[0].node]].gpu_type
+             for j, g in zip(opts.job, opts.group)]
+    rows = _Rows(list(opts.job), list(opts.group), types, list(opts.num_nodes), list(opts.num_gpus))
+    choice = _value_rows(rows, jobs, np.asarray(total_bsz, dtype=float))
+    return choice.goodput, choice.local_bsz, choice.accum_steps
 
 
 def enumerate_options(round_input: RoundInput, prune: bool = True) -> OptionSet:

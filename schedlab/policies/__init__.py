@@ -8,9 +8,10 @@ from schedlab.errors import ConfigError
 from schedlab.policies.base import Policy
 from schedlab.policies.baselines import FifoPolicy, OptimusPolicy, TiresiasPolicy
 from schedlab.policies.goodput import PolluxPolicy, SiaPolicy
+from schedlab.policies.ones import OnesPolicy
 
 POLICIES: dict[str, Callable[[], Policy]] = {
-    cls.name: cls for cls in (PolluxPolicy, SiaPolicy, TiresiasPolicy, OptimusPolicy, FifoPolicy)
+    cls.name: cls for cls in (PolluxPolicy, SiaPolicy, TiresiasPolicy, OptimusPolicy, FifoPolicy, OnesPolicy)
 }
 
 

@@ -100,7 +100,7 @@ def _requested(job: JobSpec) -> int:
 class TiresiasPolicy:
     threshold_gpu_s: float = 16 * 3600.0
     name: ClassVar[str] = "tiresias"
-    adaptive_batch: ClassVar[bool] = False
+    batch_mode: ClassVar[str] = "fixed"
     throughput_model: ClassVar[str] = "oracle"
     _demoted: dict[str, int] = field(default_factory=dict)
 
@@ -123,7 +123,7 @@ class TiresiasPolicy:
 @dataclass
 class OptimusPolicy:
     name: ClassVar[str] = "optimus"
-    adaptive_batch: ClassVar[bool] = False
+    batch_mode: ClassVar[str] = "fixed"
     throughput_model: ClassVar[str] = "oracle"
 
     @staticmethod
@@ -162,7 +162,7 @@ class OptimusPolicy:
 @dataclass
 class FifoPolicy:
     name: ClassVar[str] = "fifo"
-    adaptive_batch: ClassVar[bool] = False
+    batch_mode: ClassVar[str] = "fixed"
     throughput_model: ClassVar[str] = "oracle"
 
     def schedule(self, round_input: RoundInput) -> RoundResult:

@@ -20,7 +20,7 @@ from schedlab.state import RoundInput, RoundResult, Settings
 class GoodputPolicy:
     settings: Settings
     name: ClassVar[str] = "goodput"
-    adaptive_batch: ClassVar[bool] = True
+    batch_mode: ClassVar[str] = "adaptive"
     throughput_model: ClassVar[str] = "online"
 
     def schedule(self, round_input: RoundInput) -> RoundResult:

@@ -85,11 +85,13 @@ class _JobRules:
 
 
 def _rules(job: TraceJob, truth: ApplicationTruth, policy: Policy, total_gpus: int) -> _JobRules:
-    if policy.adaptive_batch:
+    if policy.batch_mode == "adaptive":
         if job.application in PINNED_ADAPTIVE:
             gpus, bsz = PINNED_ADAPTIVE[job.application]
             return _JobRules(bsz, gpus)
         return _JobRules(None, None)
+    if policy.batch_mode == "allocated":  # ONES: at most 4x the request
+        return _JobRules(None, min(4 * job.num_replicas, truth.max_bsz // truth.min_local_bsz, total_gpus))
     cap = max(job.batch_size // truth.min_local_bsz, job.num_replicas)
     return _JobRules(job.batch_size, min(cap, total_gpus))
 
@@ -119,8 +121,9 @@ def _job_spec(state: JobState, agent: JobAgent, truth: ApplicationTruth, rules: 
         fixed_bsz=rules.fixed_bsz,
         application=job.application,
         requested_gpus=job.num_replicas,
+        requested_bsz=job.batch_size,
         attained_service_gpu_s=state.attained_gpu_s,
-        remaining_steps=remaining_steps(state, truth, rules.fixed_bsz) if rules.fixed_bsz else None,
+        remaining_steps=remaining_steps(state, truth, rules.fixed_bsz),
     )
 
 
@@ -149,7 +152,7 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
     total = config.total_gpus
     truths = {j.name: application_truth(j.application) for j in jobs}
     rules = {j.name: _rules(j, truths[j.name], policy, total) for j in jobs}
-    agents = {j.name: JobAgent(truths[j.name], adaptive=policy.adaptive_batch and rules[j.name].fixed_bsz is None)
+    agents = {j.name: JobAgent(truths[j.name], adaptive=policy.batch_mode == "adaptive" and rules[j.name].fixed_bsz is None)
               for j in jobs}
     states = {j.name: JobState(j) for j in jobs}
     rounds: list[dict] = []
@@ -170,8 +173,8 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
             for alloc in result.allocations:
                 s = states[alloc.job_id]
                 if set(alloc.gpus) != set(s.gpus):
-                    states[alloc.job_id] = reallocate(s, agents[alloc.job_id], alloc.gpus, rules[alloc.job_id].fixed_bsz,
-                                                      config.restart_delay_s)
+                    bsz = alloc.total_bsz if policy.batch_mode == "allocated" else rules[alloc.job_id].fixed_bsz
+                    states[alloc.job_id] = reallocate(s, agents[alloc.job_id], alloc.gpus, bsz, config.restart_delay_s)
         running = [s for s in states.values() if s.gpus]
         log |= {"running_jobs": len(running), "gpus_used": sum(len(s.gpus) for s in running)}
         rounds.append(log)

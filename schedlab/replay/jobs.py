@@ -154,9 +154,12 @@ def reallocate(state: JobState, agent: JobAgent, gpus: tuple[GpuRef, ...], fixed
     return replace(moved, split=agent.choose_split(moved, fixed_bsz))
 
 
-def remaining_steps(state: JobState, truth: ApplicationTruth, total_bsz: int) -> float:
-    """True optimizer steps left at a fixed total batch (Optimus+Oracle's estimate, indexed as
-    the artifact does: iterations at the completion epoch minus those at the current one)."""
+def remaining_steps(state: JobState, truth: ApplicationTruth, total_bsz: int | None) -> float:
+    """True optimizer steps left: at a fixed total batch, Optimus+Oracle's estimate indexed as
+    the artifact does (iterations at the completion epoch minus those at the current one);
+    without one, the progress left in steps at the initial batch (Pollux's progress unit)."""
+    if total_bsz is None:
+        return max(truth.completion_progress - state.progress, 0.0)
     last = truth.max_epochs - 1
     if state.epoch >= last:
         return 1.0

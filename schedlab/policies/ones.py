@@ -1,0 +1,57 @@
+"""`ones`: the ONES-style evolutionary search (solvers.evolutionary) as a policy.
+
+Jobs train at the batch the search allocates (linear scaling from the initial batch, capped),
+with at most 4x their requested GPUs (set by the replay, as ONES caps growth at 4x).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import ClassVar
+
+import numpy as np
+
+from schedlab.solvers.evolutionary import Evolution, EvolutionConfig
+from schedlab.state import JobAllocation, RoundInput, RoundResult, Settings
+from schedlab.verify import verify
+
+HEURISTIC = "heuristic"
+
+
+@dataclass
+class OnesPolicy:
+    config: EvolutionConfig = field(default_factory=EvolutionConfig)
+    settings: Settings = field(default_factory=lambda: Settings(p=-1.0, restart_cost_s=30.0, unallocated_penalty=100.0))
+    seed: int = 0
+    name: ClassVar[str] = "ones"
+    batch_mode: ClassVar[str] = "allocated"
+    throughput_model: ClassVar[str] = "online"
+
+    def __post_init__(self):
+        self._evolution = Evolution(self.config, np.random.default_rng(self.seed))
+
+    def schedule(self, round_input: RoundInput) -> RoundResult:
+        t0 = time.perf_counter()
+        ri = replace(round_input, settings=self.settings)
+        chosen, placement, vals, generations = self._evolution.search(ri)
+        opts = vals.opts
+        allocations = []
+        objective = 0.0
+        for j, job in enumerate(ri.jobs):
+            c = chosen[j]
+            if c < 0:
+                allocations.append(JobAllocation(job.id))
+                objective += opts.U0[j]
+                continue
+            gpus = tuple(sorted(placement[job.id]))
+            objective += vals.objective[c]
+            allocations.append(JobAllocation(
+                job.id, gpus, int(vals.total_bsz[c]), int(vals.local_bsz[c]), int(vals.accum_steps[c]),
+                float(opts.goodput[c]), float(opts.speedup[c]),
+                restarted=job.running and set(gpus) != set(job.current_gpus)))
+        allocations = tuple(allocations)
+        verify(ri, allocations)
+        return RoundResult(allocations, HEURISTIC, "evolutionary", float(objective), math.nan, math.nan, 0.0,
+                           time.perf_counter() - t0, True, f"{generations} generations")
