@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from schedlab.errors import SchedlabError
-from schedlab.formulations.goodput import build_arrays, build_pyomo, decode, objective_value
+from schedlab.formulations.goodput import build_arrays, build_pyomo, decode, objective_value, start_point
 from schedlab.formulations.options import OptionSet, enumerate_options
 from schedlab.io import parse_round_input, round_input_to_dict
 from schedlab.solvers.cpsat import solve_cpsat
@@ -47,7 +47,7 @@ def _pyomo_backend(name: str) -> Callable[[OptionSet, Settings], tuple[SolveOutc
     def run(opts: OptionSet, s: Settings) -> tuple[SolveOutcome, float]:
         t0 = time.perf_counter()
         model = build_pyomo(opts)
-        set_start(model, build_arrays(opts).start)
+        set_start(model, start_point(opts))
         build_s = time.perf_counter() - t0
         return solve_pyomo(model, name, s.time_limit_s, s.mip_gap, warm_start=True), build_s
     return run

@@ -17,7 +17,6 @@ from schedlab.state import (
     Cluster,
     GpuRef,
     GradStats,
-    JobAllocation,
     JobSpec,
     Node,
     RoundInput,

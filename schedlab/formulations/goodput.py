@@ -66,12 +66,20 @@ class Structure:
     single_stayer: dict[int, tuple[int, int]]  # k in K1 -> (stay option c, h_kc)
     multi_stayer: dict[int, list[tuple[int, int]]]  # k in K2 -> [(c, h_kc)]
     node_group: dict[int, int]
-    max_min_weight: float
+
+
+def item_sizes(opts: OptionSet) -> np.ndarray:
+    """z_c: GPUs per node of each new option (0 for stay options)."""
+    G = np.array([opts.groups[g].gpus_per_node if g >= 0 else 0 for g in opts.group], dtype=int)
+    return np.where(opts.num_nodes == 1, opts.num_gpus, G) * (opts.group >= 0)
+
+
+def max_min_weight(opts: OptionSet) -> float:
+    """M in max M t + utility: one unit of t outweighs any utility difference."""
+    return 1e3 * max(opts.num_jobs, 1)
 
 
 def structure(opts: OptionSet) -> Structure:
-    G = np.array([opts.groups[g].gpus_per_node if g >= 0 else 0 for g in opts.group], dtype=int)
-    item_size = np.where(opts.num_nodes == 1, opts.num_gpus, G) * (opts.group >= 0)
     holders: dict[int, list[tuple[int, int]]] = {}
     for j, counts in opts.stay_nodes.items():
         c = opts.stay_option(j)
@@ -79,11 +87,10 @@ def structure(opts: OptionSet) -> Structure:
             holders.setdefault(k, []).append((c, h))
     node_group = {k: g for g, grp in enumerate(opts.groups) for k in grp.nodes}
     return Structure(
-        item_size=item_size,
+        item_size=item_sizes(opts),
         single_stayer={k: hs[0] for k, hs in holders.items() if len(hs) == 1},
         multi_stayer={k: hs for k, hs in holders.items() if len(hs) > 1},
         node_group=node_group,
-        max_min_weight=1e3 * max(opts.num_jobs, 1),
     )
 
 
@@ -104,7 +111,7 @@ def build_arrays(opts: OptionSet) -> MilpArrays:
     """The model above as arrays for highspy and CP-SAT. Columns: x, then w, then t."""
     st = structure(opts)
     n = opts.num_options
-    w_cols = [(k, d) for k in sorted(st.multi_stayer) for d in opts.groups[st.node_group[k]].levels]
+    w_cols = _w_columns(opts, st)
     w_index = {kd: n + i for i, kd in enumerate(w_cols)}
     max_min = opts.round_input.settings.max_min
     t_col = n + len(w_cols) if max_min else None
@@ -150,7 +157,7 @@ def build_arrays(opts: OptionSet) -> MilpArrays:
         col_hi[i] = opts.groups[st.node_group[k]].gpus_per_node // d
     integer = np.ones(num_cols, dtype=bool)
     if max_min:
-        c[t_col] = st.max_min_weight
+        c[t_col] = max_min_weight(opts)
         col_hi[t_col] = _max_min_upper(opts)
         integer[t_col] = False
     row_hi = np.concatenate(hi)
@@ -158,22 +165,37 @@ def build_arrays(opts: OptionSet) -> MilpArrays:
     return MilpArrays(
         c=c, offset=offset, A=A, row_lo=np.full(len(row_hi), -np.inf), row_hi=row_hi,
         col_lo=np.zeros(num_cols), col_hi=col_hi, integer=integer,
-        start=_current_point(opts, st, w_cols, num_cols, t_col),
+        start=start_point(opts, st),
     )
 
 
-def _current_point(opts, st: Structure, w_cols, num_cols: int, t_col) -> np.ndarray:
-    """Every running job stays where it is: feasible, and usually near-optimal (warm start)."""
-    v = np.zeros(num_cols)
+def _min_job_speedup(opts: OptionSet, x: np.ndarray) -> float:
+    """min_j sum_c s'_c x_c: the smallest penalized speedup of any job (0 if some job has none)."""
+    per_job = np.zeros(opts.num_jobs)
+    np.add.at(per_job, opts.job, opts.penalized_speedup * x)
+    return float(per_job.min()) if len(per_job) else 0.0
+
+
+def _w_columns(opts: OptionSet, st: Structure) -> list[tuple[int, int]]:
+    """(node, level) of every w variable, in column order."""
+    return [(k, d) for k in sorted(st.multi_stayer) for d in opts.groups[st.node_group[k]].levels]
+
+
+def start_point(opts: OptionSet, st: Structure | None = None) -> np.ndarray:
+    """Every running job stays where it is: feasible, and usually near-optimal (warm start).
+    In the array layout: x, then w in (node, level) order, then t under max-min."""
+    st = st if st is not None else structure(opts)
+    w_cols = _w_columns(opts, st)
+    max_min = opts.round_input.settings.max_min
+    t_col = opts.num_options + len(w_cols) if max_min else None
+    v = np.zeros(opts.num_options + len(w_cols) + (1 if max_min else 0))
     for j in opts.stay_nodes:
         v[opts.stay_option(j)] = 1.0
     for i, (k, d) in enumerate(w_cols):
         G = opts.groups[st.node_group[k]].gpus_per_node
         v[opts.num_options + i] = (G - sum(h for _, h in st.multi_stayer[k])) // d
     if t_col is not None:
-        per_job = np.zeros(opts.num_jobs)
-        np.add.at(per_job, opts.job, opts.penalized_speedup * v[: opts.num_options])
-        v[t_col] = (per_job.min() if len(per_job) else 0.0)
+        v[t_col] = _min_job_speedup(opts, v[: opts.num_options])
     return v
 
 
@@ -185,9 +207,7 @@ def build_pyomo(opts: OptionSet) -> pyo.ConcreteModel:
     m.J = pyo.Set(initialize=sorted(set(opts.job.tolist())))
     m.C = pyo.RangeSet(0, opts.num_options - 1) if opts.num_options else pyo.Set(initialize=[])
     m.GL = pyo.Set(dimen=2, initialize=[(g, d) for g, grp in enumerate(opts.groups) for d in grp.levels])
-    m.K2L = pyo.Set(dimen=2, initialize=[
-        (k, d) for k in sorted(st.multi_stayer) for d in opts.groups[st.node_group[k]].levels
-    ])
+    m.K2L = pyo.Set(dimen=2, initialize=_w_columns(opts, st))
 
     m.x = pyo.Var(m.C, domain=pyo.Binary)
     m.w = pyo.Var(m.K2L, domain=pyo.NonNegativeIntegers)
@@ -216,7 +236,7 @@ def build_pyomo(opts: OptionSet) -> pyo.ConcreteModel:
         m.t = pyo.Var(domain=pyo.NonNegativeReals, bounds=(0, _max_min_upper(opts)))
         m.minspd = pyo.Constraint(range(opts.num_jobs), rule=lambda m, j: m.t <= sum(
             opts.penalized_speedup[c] * m.x[c] for c in np.flatnonzero(opts.job == j)))
-        m.obj = pyo.Objective(expr=st.max_min_weight * m.t + p_mean, sense=pyo.maximize)
+        m.obj = pyo.Objective(expr=max_min_weight(opts) * m.t + p_mean, sense=pyo.maximize)
     else:
         m.obj = pyo.Objective(expr=p_mean, sense=pyo.maximize)
     return m
@@ -224,13 +244,10 @@ def build_pyomo(opts: OptionSet) -> pyo.ConcreteModel:
 
 def objective_value(opts: OptionSet, chosen: np.ndarray) -> float:
     """The model's objective for a set of chosen options (a boolean mask over options)."""
-    st = structure(opts)
     coef, offset = _objective_coefficients(opts)
     value = offset + float(coef @ chosen)
     if opts.round_input.settings.max_min:
-        per_job = np.zeros(opts.num_jobs)
-        np.add.at(per_job, opts.job, opts.penalized_speedup * chosen)
-        value += st.max_min_weight * (per_job.min() if len(per_job) else 0.0)
+        value += max_min_weight(opts) * _min_job_speedup(opts, chosen)
     return value
 
 
@@ -238,7 +255,7 @@ def decode(opts: OptionSet, chosen: np.ndarray) -> tuple[JobAllocation, ...]:
     """Concrete GPUs for every job from the chosen options (stayers first, then largest first)."""
     jobs = opts.round_input.jobs
     state = NodeState(opts.round_input.cluster)
-    st = structure(opts)
+    item_size = item_sizes(opts)
     picked = np.flatnonzero(chosen)
     gpus_of: dict[int, tuple] = {}
     for c in picked[opts.stay[picked]]:
@@ -246,9 +263,9 @@ def decode(opts: OptionSet, chosen: np.ndarray) -> tuple[JobAllocation, ...]:
         if not state.take_exact(job.current_gpus):
             raise RuntimeError(f"job {job.id!r} cannot stay: its GPUs are taken")
         gpus_of[c] = job.current_gpus
-    for c in sorted(picked[~opts.stay[picked]], key=lambda c: (-st.item_size[c], -opts.num_gpus[c], c)):
+    for c in sorted(picked[~opts.stay[picked]], key=lambda c: (-item_size[c], -opts.num_gpus[c], c)):
         grp = opts.groups[opts.group[c]]
-        refs = state.take_shape(grp.nodes, int(opts.num_nodes[c]), int(st.item_size[c]))
+        refs = state.take_shape(grp.nodes, int(opts.num_nodes[c]), int(item_size[c]))
         if refs is None:
             raise RuntimeError(f"no room for job {jobs[opts.job[c]].id!r} ({opts.num_gpus[c]} GPUs)")
         gpus_of[c] = refs
@@ -260,10 +277,11 @@ def decode(opts: OptionSet, chosen: np.ndarray) -> tuple[JobAllocation, ...]:
             out.append(JobAllocation(job.id))
             continue
         r, local, accum = int(opts.num_gpus[c]), int(opts.local_bsz[c]), int(opts.accum_steps[c])
+        gpus = tuple(sorted(gpus_of[c]))
         out.append(JobAllocation(
-            job_id=job.id, gpus=tuple(sorted(gpus_of[c])), total_bsz=r * local * (accum + 1),
+            job_id=job.id, gpus=gpus, total_bsz=r * local * (accum + 1),
             local_bsz=local, accum_steps=accum, goodput=float(opts.goodput[c]),
             speedup=float(opts.speedup[c]),
-            restarted=job.running and tuple(sorted(gpus_of[c])) != tuple(sorted(job.current_gpus)),
+            restarted=job.running and gpus != tuple(sorted(job.current_gpus)),
         ))
     return tuple(out)

@@ -173,6 +173,13 @@ class _Rows:
     nodes: list[int]
     gpus: list[int]
 
+    def add(self, job: int, group: int, gpu_type: str, nodes: int, gpus: int) -> None:
+        self.job.append(job)
+        self.group.append(group)
+        self.gpu_type.append(gpu_type)
+        self.nodes.append(nodes)
+        self.gpus.append(gpus)
+
 
 def _value_rows(rows: _Rows, jobs: tuple[JobSpec, ...], fixed_bsz: np.ndarray | None = None):
     """Best batch of every row in one call (or the given total batch per row); per-(job, GPU
@@ -243,16 +250,13 @@ def enumerate_options(round_input: RoundInput, prune: bool = True) -> OptionSet:
         if not any(g.gpu_type in job.throughput for g in groups):
             continue
         for gi, n, r in _job_shapes(job, groups):
-            rows.job.append(j), rows.group.append(gi), rows.gpu_type.append(groups[gi].gpu_type)
-            rows.nodes.append(n), rows.gpus.append(r)
+            rows.add(j, gi, groups[gi].gpu_type, n, r)
         if job.running and job.min_gpus <= len(job.current_gpus) <= job.max_gpus:
             counts = _stay_shape(job, node_index)
             stay_nodes[j] = counts
-            rows.job.append(j), rows.group.append(-1), rows.gpu_type.append(node_type[next(iter(counts))])
-            rows.nodes.append(len(counts)), rows.gpus.append(len(job.current_gpus))
+            rows.add(j, -1, node_type[next(iter(counts))], len(counts), len(job.current_gpus))
         t, n, r = _fair_shape(job, round_input, groups)
-        fair_rows.job.append(j), fair_rows.group.append(-1), fair_rows.gpu_type.append(t)
-        fair_rows.nodes.append(n), fair_rows.gpus.append(r)
+        fair_rows.add(j, -1, t, n, r)
 
     job_arr = np.asarray(rows.job, dtype=int)
     if len(job_arr):

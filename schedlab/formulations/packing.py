@@ -30,6 +30,19 @@ class NodeState:
             self.free[k].remove(i)
         return True
 
+    def take_most_free(self, count: int) -> tuple[GpuRef, ...]:
+        """Take `count` GPUs from the nodes with the most free GPUs first, spilling over as many
+        nodes as needed (ties: cluster order); the placement of the artifact's baselines."""
+        if count > sum(map(len, self.free)):
+            raise ValueError(f"asked for {count} GPUs, {sum(map(len, self.free))} free")
+        refs: list[GpuRef] = []
+        while len(refs) < count:
+            k = max(range(len(self.free)), key=lambda k: len(self.free[k]))
+            n = min(len(self.free[k]), count - len(refs))
+            refs += [GpuRef(self.cluster.nodes[k].id, i) for i in self.free[k][:n]]
+            del self.free[k][:n]
+        return tuple(refs)
+
     def take_shape(self, nodes: tuple[int, ...], num_nodes: int, gpus_per_node: int) -> tuple[GpuRef, ...] | None:
         """Take gpus_per_node GPUs on each of num_nodes nodes from `nodes`, best fit; None if impossible."""
         fits = [k for k in nodes if len(self.free[k]) >= gpus_per_node]

@@ -18,6 +18,9 @@ from typing import ClassVar, Protocol
 from schedlab.state import RoundInput, RoundResult
 
 
+HEURISTIC = "heuristic"  # RoundResult.status of policies that do not prove optimality
+
+
 class Policy(Protocol):
     name: ClassVar[str]
     batch_mode: ClassVar[str]

@@ -26,33 +26,14 @@ from typing import ClassVar
 
 from schedlab.models.efficiency import goodput, split_fixed_batch
 from schedlab.models.throughput import step_time_s
-from schedlab.state import GpuRef, JobAllocation, JobSpec, RoundInput, RoundResult
+from schedlab.formulations.packing import NodeState
+from schedlab.policies.base import HEURISTIC
+from schedlab.state import GpuRef, JobAllocation, JobSpec, RoundInput, RoundResult, ThroughputParams
 from schedlab.verify import verify
 
-HEURISTIC = "heuristic"
-
-
-class FreeGpus:
-    """Free GPUs per node; takes from the node with the most free GPUs first (ties: cluster order)."""
-
-    def __init__(self, round_input: RoundInput, held: dict[str, tuple[GpuRef, ...]]):
-        taken = {g for gpus in held.values() for g in gpus}
-        self.free = {n.id: [k for k in range(n.gpus) if GpuRef(n.id, k) not in taken] for n in round_input.cluster.nodes}
-
-    @property
-    def count(self) -> int:
-        return sum(map(len, self.free.values()))
-
-    def take(self, count: int) -> tuple[GpuRef, ...]:
-        if count > self.count:
-            raise ValueError(f"asked for {count} GPUs, {self.count} free")
-        out: list[GpuRef] = []
-        while len(out) < count:
-            node = max(self.free, key=lambda k: len(self.free[k]))
-            n = min(len(self.free[node]), count - len(out))
-            out += [GpuRef(node, k) for k in self.free[node][:n]]
-            del self.free[node][:n]
-        return tuple(out)
+def _params(job: JobSpec) -> ThroughputParams:
+    """The job's throughput model (these baselines run one GPU type)."""
+    return next(iter(job.throughput.values()))
 
 
 def fixed_allocation(job: JobSpec, gpus: tuple[GpuRef, ...]) -> JobAllocation:
@@ -61,9 +42,8 @@ def fixed_allocation(job: JobSpec, gpus: tuple[GpuRef, ...]) -> JobAllocation:
         return JobAllocation(job.id)
     r = len(gpus)
     micro, accum = split_fixed_batch(job.fixed_bsz or job.batch.init_bsz, r, job.batch)
-    params = next(iter(job.throughput.values()))
     nodes = len({g.node for g in gpus})
-    value = float(goodput(params, job.grad_stats, job.batch.init_bsz, nodes, r, micro, accum))
+    value = float(goodput(_params(job), job.grad_stats, job.batch.init_bsz, nodes, r, micro, accum))
     restarted = bool(job.current_gpus) and set(gpus) != set(job.current_gpus)
     return JobAllocation(job.id, gpus, r * micro * (accum + 1), micro, accum, value, 0.0, restarted)
 
@@ -84,11 +64,13 @@ def _place(round_input: RoundInput, counts: dict[str, int], order: list[JobSpec]
     """Keep the GPUs of jobs whose count is unchanged; place the others in `order`."""
     kept = {j.id: j.current_gpus for j in round_input.jobs
             if j.current_gpus and len(j.current_gpus) == counts.get(j.id, 0)}
-    free = FreeGpus(round_input, kept)
+    free = NodeState(round_input.cluster)
+    for gpus in kept.values():
+        free.take_exact(gpus)
     out = dict(kept)
     for job in order:
         if counts.get(job.id, 0) and job.id not in out:
-            out[job.id] = free.take(counts[job.id])
+            out[job.id] = free.take_most_free(counts[job.id])
     return out
 
 
@@ -129,8 +111,7 @@ class OptimusPolicy:
     @staticmethod
     def predicted_step_s(job: JobSpec, num_replicas: int, gpus_per_node: int) -> float:
         micro, accum = split_fixed_batch(job.fixed_bsz or job.batch.init_bsz, num_replicas, job.batch)
-        params = next(iter(job.throughput.values()))
-        return float(step_time_s(params, math.ceil(num_replicas / gpus_per_node), num_replicas, micro, accum))
+        return float(step_time_s(_params(job), math.ceil(num_replicas / gpus_per_node), num_replicas, micro, accum))
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
         t0 = time.perf_counter()

@@ -13,12 +13,10 @@ from typing import ClassVar
 
 import numpy as np
 
+from schedlab.policies.base import HEURISTIC
 from schedlab.solvers.evolutionary import Evolution, EvolutionConfig
 from schedlab.state import JobAllocation, RoundInput, RoundResult, Settings
 from schedlab.verify import verify
-
-HEURISTIC = "heuristic"
-
 
 @dataclass
 class OnesPolicy:

@@ -35,7 +35,7 @@ from schedlab.policies.base import Policy
 from schedlab.replay.jobs import JobAgent, JobState, TraceJob, advance, isolated_time_s, reallocate, remaining_steps
 from schedlab.replay.metrics import summarize
 from schedlab.replay.truth import ApplicationTruth, application_truth
-from schedlab.state import BatchLimits, Cluster, GradStats, JobSpec, Node, RoundInput, ThroughputParams
+from schedlab.state import Cluster, GradStats, JobSpec, Node, RoundInput, ThroughputParams
 
 # What a job's model says before it has measured anything: Pollux's initial parameter guess
 # and gradient statistics that make larger batches worth nothing (gain 1).
@@ -112,7 +112,7 @@ def _job_spec(state: JobState, agent: JobAgent, truth: ApplicationTruth, rules: 
         id=job.name,
         throughput={POLLUX_GPU_TYPE: params},
         grad_stats=grad,
-        batch=BatchLimits(truth.init_bsz, truth.max_bsz, truth.min_local_bsz, truth.max_local_bsz),
+        batch=truth.limits,
         min_gpus=1,
         max_gpus=min(cap, total_gpus),
         current_gpus=state.gpus,

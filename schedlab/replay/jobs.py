@@ -10,7 +10,6 @@ fitted online to the (placement, local batch) -> step/sync times they have actua
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -176,4 +175,4 @@ def isolated_time_s(truth: ApplicationTruth, placement: tuple[int, ...], total_b
     for epoch in range(truth.max_epochs):
         rate = float(gain(truth.grad_stats(total, epoch), truth.init_bsz, total)) / step_s
         seconds += (truth.progress_at_epoch(epoch + 1) - truth.progress_at_epoch(epoch)) / rate
-    return seconds if math.isfinite(seconds) else math.inf
+    return seconds

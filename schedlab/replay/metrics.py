@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 
-def _ms(values: pd.Series, q: float) -> float:
+def _percentile(values: pd.Series, q: float) -> float:
     values = values.dropna()
     return float(np.percentile(values, q)) if len(values) else math.nan
 
@@ -38,9 +38,9 @@ def summarize(jobs: pd.DataFrame, rounds: pd.DataFrame, total_gpus: int, end_s: 
         "ftf_max": float(done.ftf.max()) if len(done) else math.nan,
         "restarts_total": int(jobs.restarts.sum()),
         "rounds": int(len(rounds)),
-        "solve_p50_ms": _ms(rounds.solve_ms, 50),
-        "solve_p95_ms": _ms(rounds.solve_ms, 95),
-        "solve_max_ms": _ms(rounds.solve_ms, 100),
+        "solve_p50_ms": _percentile(rounds.solve_ms, 50),
+        "solve_p95_ms": _percentile(rounds.solve_ms, 95),
+        "solve_max_ms": _percentile(rounds.solve_ms, 100),
         "fallback_rounds": int((rounds.status == "fallback").sum()),
         "time_limit_rounds": int((rounds.status == "time_limit").sum()),
     }

@@ -36,7 +36,7 @@ per-job cap is the job's max_gpus rather than ONES's doubling schedule.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -75,7 +75,7 @@ class RoundValues:
     total_bsz: np.ndarray
     local_bsz: np.ndarray
     accum_steps: np.ndarray
-    by_job: list[np.ndarray] = field(default_factory=list)  # option indices, largest first
+    by_job: list[np.ndarray]  # option indices per job, largest first
 
 
 def base_local_bsz(job: JobSpec) -> float:
@@ -140,7 +140,7 @@ class Evolution:
         pop = self._select(pop)
         gens = 0
         while gens < self.cfg.generations and not self._out_of_time(t0):
-            children = self._offspring([g for g, _, _ in pop], ri, vals, slots)
+            children = self._offspring([g for g, _, _ in pop], ri)
             pop = self._select(pop + [self._repair(c, vals, slots, ri) for c in children])
             gens += 1
         self._population = [slots.decode(g) for g, _, _ in pop]
@@ -154,7 +154,7 @@ class Evolution:
         pop = sorted(pop, key=lambda t: -t[2])
         return pop[: self.cfg.population]
 
-    def _offspring(self, parents: list[np.ndarray], ri: RoundInput, vals: RoundValues, slots: "_Slots") -> list[np.ndarray]:
+    def _offspring(self, parents: list[np.ndarray], ri: RoundInput) -> list[np.ndarray]:
         rng, cfg = self.rng, self.cfg
         children = []
         order = rng.permutation(len(parents) * 2) % len(parents)
