@@ -42,3 +42,24 @@ def test_search_never_beats_the_milp_optimum_on_its_own_terms(seed):
     found = sum(vals.objective[c] if c >= 0 else vals.opts.U0[j] for j, c in enumerate(chosen))
     assert found <= exact.objective + 1e-6 * abs(exact.objective)
     assert found >= exact.objective - 0.5 * abs(exact.objective)  # and it is a real search
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_job_that_keeps_its_size_keeps_its_gpus(seed):
+    # The reorder step: a running job is only moved when its GPU count changes.
+    ri = random_round(np.random.default_rng(200 + seed), 32, 24)
+    result = OnesPolicy(seed=seed).schedule(ri)
+    current = {j.id: set(j.current_gpus) for j in ri.jobs}
+    for a in result.allocations:
+        if current[a.job_id] and len(a.gpus) == len(current[a.job_id]):
+            assert set(a.gpus) == current[a.job_id], a.job_id
+
+
+def test_gpu_cap_doubles_with_age_from_the_request():
+    ri = random_round(np.random.default_rng(3), 64, 4, running_fraction=0.0)
+    young = [replace(j, age_s=0.0, requested_gpus=1, max_gpus=16) for j in ri.jobs]
+    old = [replace(j, age_s=2 * 600.0, requested_gpus=1, max_gpus=16) for j in ri.jobs]
+    for jobs, cap in ((young, 1), (old, 4)):
+        result = OnesPolicy(seed=0).schedule(replace(ri, jobs=tuple(jobs)))
+        sizes = [len(a.gpus) for a in result.allocations]
+        assert max(sizes) == cap, sizes  # the cluster is nearly empty: every job grows to its cap

@@ -122,8 +122,12 @@ def unallocated_utility(min_speedup: float, settings: Settings) -> float:
     return u - (settings.unallocated_penalty - 1.0) * abs(u)
 
 
+def restart_cost_s(job: JobSpec, settings: Settings) -> float:
+    return job.restart_cost_s if job.restart_cost_s is not None else settings.restart_cost_s
+
+
 def restart_factor(job: JobSpec, settings: Settings) -> float:
-    cost_s = job.restart_cost_s if job.restart_cost_s is not None else settings.restart_cost_s
+    cost_s = restart_cost_s(job, settings)
     return max(job.age_s - cost_s * job.num_restarts, 0.0) / (job.age_s + cost_s)
 
 

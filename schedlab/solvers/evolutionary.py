@@ -5,13 +5,18 @@ A schedule gives every GPU slot (node-major) to one job or to none. One generati
      exchanges each slot with probability 1/2;
   2. preemption mutation: with probability `mutation_rate` a child loses all the slots of one
      random job, except jobs younger than `young_s` (ONES: two epochs);
-  3. padding: free slots go to waiting jobs, oldest first, one each, then to the running jobs
-     with the fewest slots, within each job's max_gpus (the surviving schedules of the last
-     round are padded too, so every schedule compared is work-conserving, as in ONES);
+  3. padding: free slots go to waiting jobs, oldest first, one each, then to the running
+     jobs with the fewest slots, each up to its next configuration size within its growth
+     cap (ONES: the request, doubled every `young_s` of age, at most max_gpus). Every
+     candidate is padded (work-conserving, as in ONES), the surviving schedules of the last
+     round and the running schedule itself included, and padding runs again after the
+     reorder so that slots it freed do not sit idle;
   4. reorder (repair): each job's slot count becomes one configuration of the round's option
-     set (formulations.options): its exact current GPUs if it kept them all, else the largest
-     shape that fits its count; configurations are placed stayers first, then largest first,
-     on the node holding most of the job's slots (fewest moves); jobs that no longer fit drop;
+     set (formulations.options): its exact current GPUs if the largest shape its slots allow
+     is the size it holds now (wherever the slots are: a slot's position is only a placement
+     hint), else the largest shape that fits its count; configurations are placed stayers
+     first, then largest first, on the node holding most of the job's slots (fewest moves);
+     jobs that no longer fit drop;
   5. selection: the best `population` of parents and children survive.
 The population is kept across rounds (online): a schedule survives by job id, slots of jobs
 that left become free. Everything random comes from one seeded numpy Generator.
@@ -25,12 +30,14 @@ scaling up to a cap) or
           the MILP optimum is an upper bound;
   "ones"  minus the predicted remaining GPU-time, sum_j n_jc * R_j / rate_jc, with R_j the
           steps left (JobSpec.remaining_steps, initial-batch steps) and rate_jc = goodput_jc /
-          init_bsz_j (ONES's y_j n_j (1/rho_j - 1) / X_j(n_j)); an unallocated job counts twice
+          init_bsz_j (ONES's y_j n_j (1/rho_j - 1) / X_j(n_j)), plus n_jc x S_j GPU-seconds
+          when option c moves a running job (the restart's idle GPUs: ONES's reorder limits
+          moves, this prices them in the fitness's own unit); an unallocated job counts twice
           its remaining GPU-time on its smallest configuration (ours: ONES pads every free GPU,
           so it never states this case).
 What we changed from ONES: configurations come from the MILP's shape space (one node with a
 chain size of GPUs, or whole nodes), so the two can be compared on equal terms, and the
-per-job cap is the job's max_gpus rather than ONES's doubling schedule.
+search seeds from the running schedule every round.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schedlab.formulations.options import OptionSet, enumerate_options, option_goodput, utility
+from schedlab.formulations.options import OptionSet, enumerate_options, option_goodput, restart_cost_s, utility
 from schedlab.formulations.packing import NodeState
 from schedlab.state import GpuRef, JobSpec, RoundInput
 
@@ -85,6 +92,29 @@ def base_local_bsz(job: JobSpec) -> float:
     return float(job.batch.init_bsz)
 
 
+@dataclass(frozen=True)
+class _Limits:
+    """Per job: ONES's growth cap (the request doubled every `young_s` of age, within
+    max_gpus), and the padding order (oldest first)."""
+
+    caps: np.ndarray
+    oldest_first: np.ndarray
+    sizes: tuple[np.ndarray, ...]  # per job, its configurations' GPU counts within the cap, ascending
+
+    @classmethod
+    def of(cls, ri: RoundInput, cfg: EvolutionConfig, vals: "RoundValues") -> "_Limits":
+        requests = np.array([min(job.requested_gpus or job.min_gpus, job.max_gpus) for job in ri.jobs], dtype=int)
+        doublings = np.array([int(job.age_s // cfg.young_s) for job in ri.jobs])
+        caps = np.minimum([job.max_gpus for job in ri.jobs], requests * 2.0 ** np.minimum(doublings, 30)).astype(int)
+        sizes = tuple(np.unique(n[n <= cap]) for n, cap in zip((vals.opts.num_gpus[c] for c in vals.by_job), caps))
+        return cls(caps, np.argsort([-job.age_s for job in ri.jobs], kind="stable"), sizes)
+
+    def growth(self, j: int, count: int) -> int:
+        """Slots job j needs to reach its next larger configuration (0: none)."""
+        larger = self.sizes[j][self.sizes[j] > count]
+        return int(larger[0]) - count if len(larger) else 0
+
+
 def round_values(ri: RoundInput, cfg: EvolutionConfig) -> RoundValues:
     opts = enumerate_options(ri)
     jobs = ri.jobs
@@ -106,17 +136,27 @@ def round_values(ri: RoundInput, cfg: EvolutionConfig) -> RoundValues:
     else:
         remaining = np.array([jobs[j].remaining_steps or 1.0 for j in opts.job])
         rate = np.maximum(good / init, 1e-12)
-        value = -opts.num_gpus * remaining / rate
-        unallocated = np.zeros(len(jobs))
-        for j in range(len(jobs)):
-            mine = np.flatnonzero(opts.job == j)
-            if len(mine):
-                c = mine[np.argmin(opts.num_gpus[mine])]
-                unallocated[j] = 2 * value[c]
+        moves = ~opts.stay & np.array([jobs[j].running for j in opts.job], dtype=bool)
+        restart_s = np.array([restart_cost_s(jobs[j], ri.settings) for j in opts.job])
+        gpu_time_s = opts.num_gpus * remaining / rate
+        value = -(gpu_time_s + opts.num_gpus * moves * restart_s)
+        unallocated = -waiting_cost(opts, gpu_time_s, len(jobs))
     by_job = [np.flatnonzero((opts.job == j) & (good > 0)) for j in range(len(jobs))]
     by_job = [c[np.lexsort((-value[c], -opts.num_gpus[c]))] for c in by_job]
     totals = (opts.num_gpus * local * (accum + 1)).astype(int)
     return RoundValues(opts, value, unallocated, objective, totals, local, accum, by_job)
+
+
+def waiting_cost(opts: OptionSet, gpu_time_s: np.ndarray, num_jobs: int) -> np.ndarray:
+    """An unallocated job's fitness cost: its remaining GPU-time T_j on its smallest
+    configuration plus a shortest-first waiting charge G^2 / T_j (G: the round's median T_j)."""
+    smallest = np.zeros(num_jobs)
+    for j in range(num_jobs):
+        mine = np.flatnonzero(opts.job == j)
+        if len(mine):
+            smallest[j] = gpu_time_s[mine[np.argmin(opts.num_gpus[mine])]]
+    smallest = np.maximum(smallest, 1e-9)
+    return smallest + np.median(smallest) ** 2 / smallest
 
 
 class Evolution:
@@ -132,16 +172,14 @@ class Evolution:
         the round's values and the generations run."""
         t0 = time.perf_counter()
         vals = round_values(ri, self.cfg)
+        limits = _Limits.of(ri, self.cfg, vals)
         slots = _Slots(ri)
-        seeds = [slots.encode(p) for p in self._population] or [slots.encode({j.id: j.current_gpus for j in ri.jobs})]
-        for g in seeds:
-            self._pad(g, ri)
-        pop = [self._repair(g, vals, slots, ri) for g in seeds]
-        pop = self._select(pop)
+        seeds = [slots.encode({j.id: j.current_gpus for j in ri.jobs})] + [slots.encode(p) for p in self._population]
+        pop = self._select([self._settle(g, vals, limits, slots, ri) for g in seeds])
         gens = 0
         while gens < self.cfg.generations and not self._out_of_time(t0):
             children = self._offspring([g for g, _, _ in pop], ri)
-            pop = self._select(pop + [self._repair(c, vals, slots, ri) for c in children])
+            pop = self._select(pop + [self._settle(c, vals, limits, slots, ri) for c in children])
             gens += 1
         self._population = [slots.decode(g) for g, _, _ in pop]
         return pop[0][1], slots.decode(pop[0][0]), vals, gens
@@ -153,6 +191,14 @@ class Evolution:
     def _select(self, pop):
         pop = sorted(pop, key=lambda t: -t[2])
         return pop[: self.cfg.population]
+
+    def _settle(self, genome: np.ndarray, vals: RoundValues, limits: _Limits, slots: "_Slots", ri: RoundInput):
+        """Pad, reorder, and pad and reorder once more: slots the reorder freed (a count that
+        no shape fits) go back to work, so no schedule gains fitness by idling GPUs."""
+        for _ in range(2):
+            self._pad(genome, limits)
+            genome, chosen, value = self._repair(genome, vals, limits.caps, slots, ri)
+        return genome, chosen, value
 
     def _offspring(self, parents: list[np.ndarray], ri: RoundInput) -> list[np.ndarray]:
         rng, cfg = self.rng, self.cfg
@@ -171,39 +217,38 @@ class Evolution:
                 held = held[old[held]]
                 if len(held):
                     child[child == rng.choice(held)] = -1
-            self._pad(child, ri)
         return children
 
     @staticmethod
-    def _pad(genome: np.ndarray, ri: RoundInput) -> None:
-        """Free slots to waiting jobs (oldest first, one each), then to the smallest running ones."""
-        counts = np.bincount(genome[genome >= 0], minlength=len(ri.jobs))
-        caps = np.array([j.max_gpus for j in ri.jobs])
+    def _pad(genome: np.ndarray, limits: "_Limits") -> None:
+        """Free slots to waiting jobs (oldest first, one each), then to the smallest running
+        ones, each up to its next configuration size within its cap."""
+        counts = np.bincount(genome[genome >= 0], minlength=len(limits.caps))
         free = list(np.flatnonzero(genome < 0))
-        waiting = [j for j in np.argsort([-job.age_s for job in ri.jobs], kind="stable") if counts[j] == 0]
-        for j in waiting:
-            if not free:
-                return
-            genome[free.pop(0)] = j
-            counts[j] += 1
+        for j in limits.oldest_first:
+            if counts[j] == 0 and free:
+                genome[free.pop(0)] = j
+                counts[j] = 1
         while free:
-            room = np.flatnonzero((counts > 0) & (counts < caps))
+            need = np.array([limits.growth(j, counts[j]) if counts[j] else 0 for j in range(len(counts))])
+            room = np.flatnonzero((need > 0) & (need <= len(free)))
             if not len(room):
                 return
             j = room[np.argmin(counts[room])]
-            genome[free.pop(0)] = j
-            counts[j] += 1
+            genome[free[: need[j]]] = j
+            free = free[need[j]:]
+            counts[j] += need[j]
 
-    def _repair(self, genome: np.ndarray, vals: RoundValues, slots: "_Slots", ri: RoundInput):
+    def _repair(self, genome: np.ndarray, vals: RoundValues, caps: np.ndarray, slots: "_Slots", ri: RoundInput):
         """Reorder: genome -> (feasible genome, chosen option per job, fitness)."""
         opts = vals.opts
         counts = np.bincount(genome[genome >= 0], minlength=len(ri.jobs))
         chosen = np.full(len(ri.jobs), -1)
         state = NodeState(ri.cluster)
         placed: dict[int, tuple[GpuRef, ...]] = {}
-        for j, job in enumerate(ri.jobs):  # stayers: kept every current GPU and nothing else
-            if job.running and counts[j] == len(job.current_gpus) and j in opts.stay_nodes \
-                    and all(genome[slots.index[g]] == j for g in job.current_gpus) and state.take_exact(job.current_gpus):
+        for j, job in enumerate(ri.jobs):  # stayers: the size it holds now -> the same GPUs
+            if job.running and j in opts.stay_nodes and _largest_size(vals, j, min(counts[j], caps[j])) \
+                    == len(job.current_gpus) and state.take_exact(job.current_gpus):
                 chosen[j] = opts.stay_option(j)
                 placed[j] = job.current_gpus
         for j in np.argsort(-counts, kind="stable"):
@@ -211,7 +256,7 @@ class Evolution:
                 continue
             home = slots.home_nodes(genome, j)
             for c in vals.by_job[j]:
-                if opts.stay[c] or opts.num_gpus[c] > counts[j]:
+                if opts.stay[c] or opts.num_gpus[c] > min(counts[j], caps[j]):
                     continue
                 grp = opts.groups[opts.group[c]]
                 per_node = int(opts.num_gpus[c] // opts.num_nodes[c])
@@ -222,6 +267,12 @@ class Evolution:
                     break
         value = sum(vals.value[chosen[j]] if chosen[j] >= 0 else vals.unallocated[j] for j in range(len(ri.jobs)))
         return slots.encode({ri.jobs[j].id: g for j, g in placed.items()}), chosen, float(value)
+
+
+def _largest_size(vals: RoundValues, j: int, most_gpus: int) -> int:
+    sizes = vals.opts.num_gpus[vals.by_job[j]]
+    sizes = sizes[sizes <= most_gpus]
+    return int(sizes.max()) if len(sizes) else 0
 
 
 class _Slots:
