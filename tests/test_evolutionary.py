@@ -13,7 +13,7 @@ from schedlab.policies.ones import OnesPolicy
 from schedlab.solvers.evolutionary import Evolution, EvolutionConfig
 from schedlab.verify import problems
 
-MILP_TERMS = EvolutionConfig(fitness="milp", batch_rule="best", generations=30)
+MILP_TERMS = EvolutionConfig(fitness="milp", batch_rule="best", cap_growth=False, generations=30)
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -72,7 +72,8 @@ def quality(rounds: list[RoundInput], budgets_ms=BUDGETS_MS, seed: int = 0) -> p
     for k, ri in enumerate(rounds):
         exact = solve_round(ri)
         for budget_ms in budgets_ms:
-            cfg = EvolutionConfig(fitness="milp", batch_rule="best", generations=10**9, time_budget_ms=budget_ms)
+            cfg = EvolutionConfig(fitness="milp", batch_rule="best", cap_growth=False, generations=10**9,
+                                  time_budget_ms=budget_ms)
             t0 = time.perf_counter()
             chosen, _, vals, generations = Evolution(cfg, np.random.default_rng(seed + k)).search(ri)
             search_ms = 1e3 * (time.perf_counter() - t0)

@@ -18,6 +18,8 @@ A schedule gives every GPU slot (node-major) to one job or to none. One generati
      first, then largest first, on the node holding most of the job's slots (fewest moves);
      jobs that no longer fit drop;
   5. selection: the best `population` of parents and children survive.
+A round starts from the running schedule, last round's survivors, and random schedules up to
+`population` (all padded and reordered).
 The population is kept across rounds (online): a schedule survives by job id, slots of jobs
 that left become free. Everything random comes from one seeded numpy Generator.
 
@@ -32,9 +34,10 @@ scaling up to a cap) or
           steps left (JobSpec.remaining_steps, initial-batch steps) and rate_jc = goodput_jc /
           init_bsz_j (ONES's y_j n_j (1/rho_j - 1) / X_j(n_j)), plus n_jc x S_j GPU-seconds
           when option c moves a running job (the restart's idle GPUs: ONES's reorder limits
-          moves, this prices them in the fitness's own unit); an unallocated job counts twice
-          its remaining GPU-time on its smallest configuration (ours: ONES pads every free GPU,
-          so it never states this case).
+          moves, this prices them in the fitness's own unit); an unallocated job costs its
+          remaining GPU-time T_j on its smallest configuration plus a shortest-first waiting
+          charge G^2 / T_j, G the round's median T_j (ours: ONES pads every free GPU, so it
+          never states this case; the charge makes leaving a short job waiting the dearer).
 What we changed from ONES: configurations come from the MILP's shape space (one node with a
 chain size of GPUs, or whole nodes), so the two can be compared on equal terms, and the
 search seeds from the running schedule every round.
@@ -63,6 +66,7 @@ class EvolutionConfig:
     young_s: float = 600.0  # exempt from preemption (ONES: two epochs; here an age)
     fitness: str = "ones"
     batch_rule: str = "linear"
+    cap_growth: bool = True  # ONES's doubling GPU cap; False: max_gpus (the MILP's space)
     generations: int = 10  # budget per round, whichever of the two comes first
     time_budget_ms: float | None = None
 
@@ -105,7 +109,9 @@ class _Limits:
     def of(cls, ri: RoundInput, cfg: EvolutionConfig, vals: "RoundValues") -> "_Limits":
         requests = np.array([min(job.requested_gpus or job.min_gpus, job.max_gpus) for job in ri.jobs], dtype=int)
         doublings = np.array([int(job.age_s // cfg.young_s) for job in ri.jobs])
-        caps = np.minimum([job.max_gpus for job in ri.jobs], requests * 2.0 ** np.minimum(doublings, 30)).astype(int)
+        caps = np.array([job.max_gpus for job in ri.jobs])
+        if cfg.cap_growth:
+            caps = np.minimum(caps, requests * 2.0 ** np.minimum(doublings, 30)).astype(int)
         sizes = tuple(np.unique(n[n <= cap]) for n, cap in zip((vals.opts.num_gpus[c] for c in vals.by_job), caps))
         return cls(caps, np.argsort([-job.age_s for job in ri.jobs], kind="stable"), sizes)
 
@@ -175,11 +181,13 @@ class Evolution:
         limits = _Limits.of(ri, self.cfg, vals)
         slots = _Slots(ri)
         seeds = [slots.encode({j.id: j.current_gpus for j in ri.jobs})] + [slots.encode(p) for p in self._population]
-        pop = self._select([self._settle(g, vals, limits, slots, ri) for g in seeds])
+        pop = [self._settle(g, vals, limits, slots, ri) for g in seeds]
+        randoms = self.rng.integers(-1, len(ri.jobs), size=(max(self.cfg.population - len(seeds), 0), len(slots.refs)))
+        pop = self._select(pop + [self._settle(g, vals, limits, slots, ri, self.rng) for g in randoms])
         gens = 0
         while gens < self.cfg.generations and not self._out_of_time(t0):
             children = self._offspring([g for g, _, _ in pop], ri)
-            pop = self._select(pop + [self._settle(c, vals, limits, slots, ri) for c in children])
+            pop = self._select(pop + [self._settle(c, vals, limits, slots, ri, self.rng) for c in children])
             gens += 1
         self._population = [slots.decode(g) for g, _, _ in pop]
         return pop[0][1], slots.decode(pop[0][0]), vals, gens
@@ -192,11 +200,12 @@ class Evolution:
         pop = sorted(pop, key=lambda t: -t[2])
         return pop[: self.cfg.population]
 
-    def _settle(self, genome: np.ndarray, vals: RoundValues, limits: _Limits, slots: "_Slots", ri: RoundInput):
+    def _settle(self, genome: np.ndarray, vals: RoundValues, limits: _Limits, slots: "_Slots", ri: RoundInput,
+                rng: np.random.Generator | None = None):
         """Pad, reorder, and pad and reorder once more: slots the reorder freed (a count that
         no shape fits) go back to work, so no schedule gains fitness by idling GPUs."""
         for _ in range(2):
-            self._pad(genome, limits)
+            self._pad(genome, limits, rng)
             genome, chosen, value = self._repair(genome, vals, limits.caps, slots, ri)
         return genome, chosen, value
 
@@ -220,9 +229,10 @@ class Evolution:
         return children
 
     @staticmethod
-    def _pad(genome: np.ndarray, limits: "_Limits") -> None:
-        """Free slots to waiting jobs (oldest first, one each), then to the smallest running
-        ones, each up to its next configuration size within its cap."""
+    def _pad(genome: np.ndarray, limits: "_Limits", rng: np.random.Generator | None) -> None:
+        """Free slots to waiting jobs (oldest first, one each), then to running ones, each up
+        to its next configuration size within its cap: the smallest first, or (offspring,
+        given rng) one at random, so that children differ in which jobs grow."""
         counts = np.bincount(genome[genome >= 0], minlength=len(limits.caps))
         free = list(np.flatnonzero(genome < 0))
         for j in limits.oldest_first:
@@ -234,7 +244,7 @@ class Evolution:
             room = np.flatnonzero((need > 0) & (need <= len(free)))
             if not len(room):
                 return
-            j = room[np.argmin(counts[room])]
+            j = room[np.argmin(counts[room])] if rng is None else rng.choice(room)
             genome[free[: need[j]]] = j
             free = free[need[j]:]
             counts[j] += need[j]
