@@ -1,4 +1,4 @@
-"""The `schedlab` command: solve | bench | replay."""
+"""The `schedlab` command: solve | bench | replay | sweep | report."""
 
 from __future__ import annotations
 
@@ -69,6 +69,30 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from schedlab.sweep import load_sweep, run_sweep
+
+    sweep = load_sweep(args.config)
+    out = args.out or f"results/{sweep.name}"
+    records, failed = run_sweep(sweep, out, args.engine, args.workers, args.address, progress=not args.quiet)
+    print(f"{len(records)}/{len(sweep.cells)} cells done in {out}/cells"
+          + (f", {len(failed)} failed (tracebacks in {out}/cells/*.error.json)" if failed else ""))
+    if args.report:
+        print(_report(out, "md", True))
+    return 1 if failed else 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    print(_report(args.folder, args.format, args.figures, args.baseline, args.metric))
+    return 0
+
+
+def _report(folder: str, fmt: str, figures: bool, baseline: str | None = None, metric: str | None = None) -> str:
+    from schedlab.sweep import report
+
+    return report(folder, fmt, figures, baseline, metric)
+
+
 def _fail(message: str) -> int:
     print(f"schedlab: error: {message}", file=sys.stderr)
     return 2
@@ -109,6 +133,25 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     rp.add_argument("--quiet", action="store_true", help="no progress bar")
     rp.set_defaults(func=_cmd_replay)
+
+    sw = sub.add_parser("sweep", help="run a grid of replays from a TOML config; resumable")
+    sw.add_argument("config", help="sweep config (TOML), e.g. experiments/configs/pollux_artifact.toml")
+    sw.add_argument("--engine", choices=["local", "dask"], default="local",
+                    help="local processes (default) or Dask distributed (pip install 'schedlab[dask]')")
+    sw.add_argument("--address", default=None, help="Dask scheduler address tcp://HOST:PORT (default: a LocalCluster)")
+    sw.add_argument("--workers", type=int, default=None, help="processes or LocalCluster workers (default: CPU count)")
+    sw.add_argument("--out", default=None, help="results folder (default: results/<sweep name>)")
+    sw.add_argument("--report", action="store_true", help="then print the table and write the figures")
+    sw.add_argument("--quiet", action="store_true", help="no progress bar")
+    sw.set_defaults(func=_cmd_sweep)
+
+    rep = sub.add_parser("report", help="tables and figures from a sweep's results folder")
+    rep.add_argument("folder", help="the sweep's --out folder")
+    rep.add_argument("--format", choices=["md", "csv", "latex"], default="md")
+    rep.add_argument("--figures", action="store_true", help="write figures/*.png and *.pdf")
+    rep.add_argument("--baseline", default=None, help="policy label to compare against (default: the config's)")
+    rep.add_argument("--metric", default=None, help="summary metric (default: the config's, mean_jct_s)")
+    rep.set_defaults(func=_cmd_report)
     return parser
 
 

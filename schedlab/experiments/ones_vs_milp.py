@@ -9,7 +9,8 @@
 (b) Mean JCT over the Pollux workloads of ones, pollux (MILP), tiresias and optimus, and the
     change of ones against each next to the ONES artifact's (-53 % vs Optimus, -57 % vs
     Tiresias).
-Writes quality.csv, jct.csv, table.md and ones_vs_milp.{png,pdf} to --out.
+Part (b) is the sweep experiments/configs/ones_vs_milp.toml (resumable: cells under
+--out/cells). Writes quality.csv, jct.csv, table.md and ones_vs_milp.{png,pdf} to --out.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from schedlab.policies import Policy, make_policy
 from schedlab.replay.engine import ReplayConfig, replay
 from schedlab.solvers.evolutionary import Evolution, EvolutionConfig
 from schedlab.state import RoundInput, RoundResult
-from schedlab.traces import load_workload, shipped_workloads, trace_jobs
+from schedlab.traces import load_workload, trace_jobs
 
 BUDGETS_MS = (10, 100, 1000)
 JCT_POLICIES = ("ones", "pollux", "tiresias", "optimus")
@@ -126,11 +127,12 @@ def figure(curve: pd.DataFrame, tab: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, config: str | Path | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=config, required=config is None, help="the JCT sweep config (TOML)")
     parser.add_argument("--record-workload", default="workload-6", help="workload whose pollux rounds are recorded")
     parser.add_argument("--every", type=int, default=50, help="record every k-th round")
-    parser.add_argument("--workloads", default=",".join(shipped_workloads()), help="comma-separated, for the JCT table")
+    parser.add_argument("--workloads", default=None, help="comma-separated, for the JCT table (default: the config's)")
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", default="results/ones_vs_milp")
     parser.add_argument("--json", action="store_true", help="end with one JSON line: mean JCT and quality per budget")
@@ -145,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"(a) {q['round'].nunique()} rounds of {args.record_workload}, {q.jobs.min()}-{q.jobs.max()} jobs "
           f"({time.perf_counter() - t0:.0f} s)\n" + curve.round(4).to_markdown())
 
-    jct = run_replays(args.workloads.split(","), list(JCT_POLICIES), args.processes, ReplayConfig())
+    jct = run_replays(args.config, out, args.processes, args.workloads.split(",") if args.workloads else None)
     jct.to_csv(out / "jct.csv", index=False)
     tab = jct_table(jct)
     change = ones_change(tab)

@@ -3,8 +3,9 @@
 Replays workloads/workload-{1..8}.csv (160 jobs, 16 nodes x 4 GPUs, 60 s rounds) under
 pollux, sia, tiresias and optimus and prints mean JCT per workload next to the artifact's own
 simulator results (results-jobload/<policy>-1.0/summary.json: Pollux 2751 s, Tiresias 4038 s,
-Optimus 5682 s on average). Writes results.csv (one row per workload x policy, every summary
-metric) and table.md to --out.
+Optimus 5682 s on average). The grid is experiments/configs/pollux_artifact.toml, run as a
+resumable sweep (cells under --out/cells, reused on the next run). Writes results.csv (one row
+per workload x policy, every summary metric) and table.md to --out.
 """
 
 from __future__ import annotations
@@ -14,18 +15,14 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pandas as pd
 
+from schedlab.errors import ConfigError
 from schedlab.models.profiles import data_dir
-from schedlab.policies import POLICIES, make_policy
-from schedlab.replay.engine import ReplayConfig, replay
-from schedlab.traces import load_workload, shipped_workloads, trace_jobs
-
-DEFAULT_POLICIES = ("pollux", "sia", "tiresias", "optimus")
-
+from schedlab.policies import POLICIES
+from schedlab.sweep import load_sweep, records_frame, run_sweep
 
 def published_means() -> dict[str, dict[str, float]]:
     """policy -> workload -> mean JCT (s) from the artifact's results-jobload summaries."""
@@ -35,22 +32,24 @@ def published_means() -> dict[str, dict[str, float]]:
     return out
 
 
-def run_cell(workload: str, policy: str, config: ReplayConfig) -> dict:
-    t0 = time.process_time()
-    result = replay(trace_jobs(load_workload(workload)), make_policy(policy), config)
-    return {"workload": workload, "policy": policy, "cpu_s": time.process_time() - t0, **result.summary}
-
-
-def run(workloads: list[str], policies: list[str], processes: int, config: ReplayConfig) -> pd.DataFrame:
-    cells = [(w, p) for w in workloads for p in policies]
-    with ProcessPoolExecutor(max_workers=processes) as pool:
-        futures = [pool.submit(run_cell, w, p, config) for w, p in cells]
-        rows = []
-        for k, fut in enumerate(futures, 1):
-            rows.append(fut.result())
-            print(f"[{k}/{len(cells)}] {rows[-1]['workload']} {rows[-1]['policy']}: "
-                  f"mean JCT {rows[-1]['mean_jct_s']:.0f} s ({rows[-1]['cpu_s']:.1f} CPU s)", file=sys.stderr)
-    return pd.DataFrame(rows)
+def run(config: str | Path, out: str | Path, processes: int | None = None, workloads: list[str] | None = None,
+        policies: list[str] | None = None, model: str | None = None, progress: bool = True) -> pd.DataFrame:
+    """The sweep in `config` (resumable, cells under out/cells), with optional overrides; one
+    row per workload x policy with every summary metric and the cell's CPU seconds."""
+    overrides: dict[str, dict] = {"grid": {}}
+    if workloads:
+        overrides["traces"] = {"workloads": workloads}
+    if policies:
+        overrides["grid"]["policies"] = policies
+    if model:
+        overrides["grid"]["model"] = model
+    sweep = load_sweep(config, overrides)
+    if policies and sweep.baseline not in policies:
+        sweep = load_sweep(config, overrides | {"sweep": {"baseline": policies[0]}})
+    records, failed = run_sweep(sweep, out, "local", processes, progress=progress)
+    if failed:
+        raise ConfigError(f"{len(failed)} cells failed; tracebacks in {out}/cells/*.error.json")
+    return records_frame(records).rename(columns={"trace": "workload"})
 
 
 def table(results: pd.DataFrame) -> pd.DataFrame:
@@ -81,22 +80,21 @@ def headline(tab: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, config: str | Path | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workloads", default=",".join(shipped_workloads()), help="comma-separated shipped names or CSV paths")
-    parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help=f"comma-separated, from {', '.join(POLICIES)}")
+    parser.add_argument("--config", default=config, required=config is None, help="the sweep config (TOML)")
+    parser.add_argument("--workloads", default=None, help="comma-separated shipped names or CSV paths (default: the config's)")
+    parser.add_argument("--policies", default=None, help=f"comma-separated, from {', '.join(POLICIES)} (default: the config's)")
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--model", choices=["online", "oracle"], default=None, help="throughput model the policies see")
-    parser.add_argument("--out", default="results/pollux_artifact")
+    parser.add_argument("--out", default="results/pollux_artifact", help="results folder; finished cells are reused")
     parser.add_argument("--json", action="store_true", help="end with one JSON line: per-policy means and deviations")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
-    results = run(args.workloads.split(","), args.policies.split(","), args.processes,
-                  ReplayConfig(throughput_model=args.model))
+    results = run(args.config, args.out, args.processes, _split(args.workloads), _split(args.policies), args.model)
     wall_s = time.perf_counter() - t0
     tab = table(results)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     results.to_csv(out / "results.csv", index=False)
     markdown = tab.to_markdown()
     (out / "table.md").write_text(markdown + "\n")
@@ -106,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(headline(tab) | {"wall_s": wall_s}))
     return 0
+
+
+def _split(csv: str | None) -> list[str] | None:
+    return csv.split(",") if csv else None
 
 
 if __name__ == "__main__":

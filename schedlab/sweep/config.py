@@ -1,0 +1,211 @@
+"""A sweep's TOML config, validated, and its expansion into cells (one replay each).
+
+    [sweep]
+    name = "pollux-artifact"        # default output folder: results/<name>
+    baseline = "tiresias"           # policy label the report compares against
+    metric = "mean_jct_s"           # the report's headline metric
+
+    [traces]                        # at least one kind; every entry is one trace
+    workloads = ["workload-1"]      # shipped Pollux workloads or CSV paths
+    sia_philly = ["workload-1"]     # shipped Sia-Philly traces or paths (apps drawn per seed)
+    synthetic = [{jobs = 160, jobs_per_hour = 20.0}]   # Poisson arrivals, optional mix = {...}
+    philly = [{jobs = 160}]         # sampled from the Philly trace as Pollux's generator
+    max_jobs = 40                   # optional: the first N jobs of each trace
+
+    [grid]                          # every list is an axis; a scalar is a one-value axis
+    policies = ["pollux", {name = "ones", label = "ones-g20", config = {generations = 20}}]
+    seeds = [0, 1, 2]               # sampled traces and seeded policies
+    load = [1.0, 1.5]               # submit times divided by load (the artifact's jobload)
+    nodes = [16]
+    gpus_per_node = [4]
+    round_s = [60.0]
+    model = ["policy"]              # "policy" (its own choice), "online" or "oracle"
+
+A cell is a plain JSON-able dict; its key hashes the cell and the package version, so a
+changed config or a new release never reuses a stale result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from schedlab import __version__
+from schedlab.errors import ConfigError
+from schedlab.policies import POLICIES
+
+SECTIONS = {
+    "sweep": {"name", "baseline", "metric"},
+    "traces": {"workloads", "sia_philly", "synthetic", "philly", "max_jobs"},
+    "grid": {"policies", "seeds", "load", "nodes", "gpus_per_node", "round_s", "model"},
+}
+GRID_DEFAULTS = {"seeds": [0], "load": [1.0], "nodes": [16], "gpus_per_node": [4], "round_s": [60.0],
+                 "model": ["policy"]}
+MODELS = ("policy", "online", "oracle")
+SAMPLER_KEYS = {"synthetic": {"jobs", "jobs_per_hour", "mix"}, "philly": {"jobs", "start_hour", "duration_h"}}
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    baseline: str | None
+    metric: str
+    cells: tuple[dict[str, Any], ...]
+    text: str  # the config as given, stored beside the results
+
+
+def cell_key(cell: dict[str, Any]) -> str:
+    blob = json.dumps({"cell": cell, "version": __version__}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def trace_label(trace: dict[str, Any]) -> str:
+    if trace["kind"] in ("workload", "sia_philly"):
+        name = Path(trace["name"]).stem if trace["name"].endswith(".csv") else trace["name"]
+        return name if trace["kind"] == "workload" else f"sia-philly/{name}"
+    if trace["kind"] == "synthetic":
+        return f"synthetic-{trace['jobs']}j-{trace['jobs_per_hour']:g}ph"
+    return f"philly-{trace['jobs']}j"
+
+
+def load_sweep(path: str | Path, overrides: dict[str, dict[str, Any]] | None = None) -> Sweep:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read sweep config {path}: {exc.strerror}") from exc
+    return parse_sweep(text, str(path), overrides)
+
+
+def parse_sweep(text: str, source: str = "sweep config",
+                overrides: dict[str, dict[str, Any]] | None = None) -> Sweep:
+    """The sweep in `text`; `overrides` (section -> key -> value) replace the file's values,
+    as an experiment script's command-line options do."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
+    for section, values in (overrides or {}).items():
+        raw.setdefault(section, {}).update(values)
+    where = _Where(text, source)
+    for section in raw:
+        if section not in SECTIONS:
+            raise where.error(section, f"unknown section [{section}]; use {', '.join(f'[{s}]' for s in SECTIONS)}")
+        if not isinstance(raw[section], dict):
+            raise where.error(section, f"{section} must be a table [{section}]")
+        for key in raw[section]:
+            if key not in SECTIONS[section]:
+                raise where.error(key, f"unknown key {section}.{key}; use one of {', '.join(sorted(SECTIONS[section]))}")
+    head, traces_raw, grid = raw.get("sweep", {}), raw.get("traces", {}), raw.get("grid", {})
+    traces = _traces(traces_raw, where)
+    policies = _policies(grid.get("policies"), where)
+    axes = {k: _axis(grid.get(k, GRID_DEFAULTS[k]), k, where) for k in GRID_DEFAULTS}
+    _check_axes(axes, where)
+    max_jobs = traces_raw.get("max_jobs")
+    if max_jobs is not None and (not isinstance(max_jobs, int) or max_jobs < 1):
+        raise where.error("max_jobs", "traces.max_jobs must be an integer >= 1")
+    labels = [p["label"] for p in policies]
+    baseline = head.get("baseline")
+    if baseline is not None and baseline not in labels:
+        raise where.error("baseline", f"sweep.baseline {baseline!r} is not among the policies {labels}")
+    cells = []
+    for trace, policy, seed, load, nodes, gpn, round_s, model in itertools.product(
+            traces, policies, axes["seeds"], axes["load"], axes["nodes"], axes["gpus_per_node"],
+            axes["round_s"], axes["model"]):
+        cells.append({"trace": trace, "max_jobs": max_jobs, "policy": policy, "seed": seed, "load": float(load),
+                      "nodes": nodes, "gpus_per_node": gpn, "round_s": float(round_s), "model": model})
+    return Sweep(str(head.get("name", Path(source).stem)), baseline, str(head.get("metric", "mean_jct_s")),
+                 tuple(cells), text)
+
+
+class _Where:
+    """Finds the line a key is on, for error messages (tomllib gives positions only for syntax)."""
+
+    def __init__(self, text: str, source: str):
+        self.lines = text.splitlines()
+        self.source = source
+
+    def line_of(self, key: str) -> int | None:
+        pattern = re.compile(rf'(^\s*\[*\s*([\w.-]+\.)?"?{re.escape(key)}"?\s*[=\]])|([{{,]\s*"?{re.escape(key)}"?\s*=)')
+        for number, line in enumerate(self.lines, 1):
+            if pattern.search(line.split("#", 1)[0]):
+                return number
+        return None
+
+    def line_of_value(self, value: str) -> int | None:
+        for number, line in enumerate(self.lines, 1):
+            if f'"{value}"' in line.split("#", 1)[0]:
+                return number
+        return None
+
+    def error(self, key: str, message: str, value: str | None = None) -> ConfigError:
+        line = (self.line_of_value(value) if value is not None else None) or self.line_of(key)
+        return ConfigError(f"{self.source}{f', line {line}' if line else ''}: {message}")
+
+
+def _traces(raw: dict[str, Any], where: _Where) -> list[dict[str, Any]]:
+    traces: list[dict[str, Any]] = []
+    for kind in ("workloads", "sia_philly"):
+        names = raw.get(kind, [])
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise where.error(kind, f"traces.{kind} must be a list of names or paths")
+        traces += [{"kind": "workload" if kind == "workloads" else kind, "name": n} for n in names]
+    for kind, allowed in SAMPLER_KEYS.items():
+        specs = raw.get(kind, [])
+        if not isinstance(specs, list) or not all(isinstance(s, dict) for s in specs):
+            raise where.error(kind, f"traces.{kind} must be a list of tables, e.g. [{{jobs = 160}}]")
+        for spec in specs:
+            unknown = sorted(set(spec) - allowed)
+            if unknown:
+                raise where.error(unknown[0], f"traces.{kind}: unknown key {unknown[0]!r}; use {', '.join(sorted(allowed))}")
+            if not isinstance(spec.get("jobs"), int) or spec["jobs"] < 1:
+                raise where.error(kind, f"traces.{kind}: jobs must be an integer >= 1")
+            if kind == "synthetic" and not (isinstance(spec.get("jobs_per_hour"), int | float) and spec["jobs_per_hour"] > 0):
+                raise where.error(kind, "traces.synthetic: jobs_per_hour must be a number > 0")
+            traces.append({"kind": kind, **spec})
+    if not traces:
+        raise where.error("traces", "no traces: set traces.workloads, sia_philly, synthetic or philly")
+    return traces
+
+
+def _policies(raw: Any, where: _Where) -> list[dict[str, Any]]:
+    if not isinstance(raw, list) or not raw:
+        raise where.error("policies", "grid.policies must be a non-empty list of names or {name = ..., ...} tables")
+    out = []
+    for entry in raw:
+        spec = {"name": entry} if isinstance(entry, str) else dict(entry) if isinstance(entry, dict) else None
+        if spec is None or spec.get("name") not in POLICIES:
+            name = spec.get("name") if spec else entry
+            raise where.error("policies", f"grid.policies: unknown policy {name!r}; use one of "
+                              f"{', '.join(sorted(POLICIES))}", value=name if isinstance(name, str) else None)
+        name = spec.pop("name")
+        label = str(spec.pop("label", name))
+        out.append({"name": name, "label": label, "params": spec})
+    labels = [p["label"] for p in out]
+    if len(set(labels)) != len(labels):
+        raise where.error("policies", f"grid.policies: labels must differ (got {labels}); add label = \"...\"")
+    return out
+
+
+def _axis(value: Any, key: str, where: _Where) -> list[Any]:
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise where.error(key, f"grid.{key} must not be empty")
+    return values
+
+
+def _check_axes(axes: dict[str, list[Any]], where: _Where) -> None:
+    for key in ("seeds", "nodes", "gpus_per_node"):
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= (0 if key == "seeds" else 1) for v in axes[key]):
+            raise where.error(key, f"grid.{key} must hold integers >= {0 if key == 'seeds' else 1}")
+    for key in ("load", "round_s"):
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in axes[key]):
+            raise where.error(key, f"grid.{key} must hold numbers > 0")
+    if not all(m in MODELS for m in axes["model"]):
+        raise where.error("model", f"grid.model must be among {MODELS}")

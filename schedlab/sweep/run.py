@@ -1,0 +1,212 @@
+"""Running a sweep's cells: locally in processes or on Dask, each result stored at once.
+
+Every finished cell is written to OUT/cells/<key>.json (atomically: a temporary file, then a
+rename), so a sweep killed at any moment resumes from what is on disk and no cell is stored
+twice. A cell that raised is written to OUT/cells/<key>.error.json with its traceback; the
+sweep goes on, and the next run retries it. The driver writes the files, never the workers,
+so a Dask cluster needs no shared file system.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import traceback
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from threadpoolctl import threadpool_limits
+
+from schedlab import __version__
+from schedlab.errors import ConfigError
+from schedlab.policies import make_policy
+from schedlab.replay.engine import ReplayConfig, replay
+from schedlab.sweep.config import Sweep, cell_key
+from schedlab.traces import (load_sia_philly, load_workload, philly_workload, synthetic_workload, trace_jobs,
+                             workload_from_sia_philly)
+
+ENGINES = ("local", "dask")
+TIMING_KEYS = ("solve_p50_ms", "solve_p95_ms", "solve_max_ms")  # vary run to run; all else is exact
+
+
+def build_workload(cell: dict[str, Any]) -> pd.DataFrame:
+    """The cell's trace as a Pollux workload: sampled with the cell's seed, scaled by load."""
+    trace, rng = cell["trace"], np.random.default_rng(cell["seed"])
+    if trace["kind"] == "workload":
+        df = load_workload(trace["name"])
+    elif trace["kind"] == "sia_philly":
+        df = workload_from_sia_philly(load_sia_philly(trace["name"]), rng)
+    elif trace["kind"] == "synthetic":
+        df = synthetic_workload(trace["jobs"], trace["jobs_per_hour"], rng, trace.get("mix"))
+    else:
+        df = philly_workload(trace["jobs"], rng, trace.get("start_hour", 2), trace.get("duration_h", 8))
+    if cell["max_jobs"]:
+        df = df.sort_values("time", kind="stable").head(cell["max_jobs"])
+    return df.assign(time=df.time / cell["load"])
+
+
+def make_cell_policy(cell: dict[str, Any]):
+    spec = cell["policy"]
+    params = dict(spec["params"])
+    policy = make_policy(spec["name"])
+    if "seed" in {f for f in getattr(policy, "__dataclass_fields__", {})} and "seed" not in params:
+        params["seed"] = cell["seed"]
+    return make_policy(spec["name"], params)
+
+
+def execute(cell: dict[str, Any]) -> dict[str, Any]:
+    """Replay one cell; never raises: a failure comes back as a record with its traceback."""
+    key = cell_key(cell)
+    t0, c0 = time.perf_counter(), time.process_time()
+    try:
+        config = ReplayConfig(num_nodes=cell["nodes"], gpus_per_node=cell["gpus_per_node"], round_s=cell["round_s"],
+                              throughput_model=None if cell["model"] == "policy" else cell["model"])
+        # One BLAS thread: with every core busy running cells, OpenBLAS's spinning workers
+        # made the small interpolations of trace sampling up to 500x slower.
+        with threadpool_limits(limits=1, user_api="blas"):
+            result = replay(trace_jobs(build_workload(cell)), make_cell_policy(cell), config)
+    except Exception:  # noqa: BLE001 - a failed cell is recorded, the sweep goes on
+        return {"key": key, "version": __version__, "cell": cell, "error": traceback.format_exc()}
+    rounds = result.rounds
+    return {"key": key, "version": __version__, "cell": cell, "summary": result.summary,
+            "jct_s": result.jobs.jct_s.round(6).tolist(),
+            "rounds": {"time_s": rounds.time_s.tolist(), "gpus_used": rounds.gpus_used.astype(int).tolist(),
+                       "solve_ms": rounds.solve_ms.dropna().round(3).tolist()},
+            "cpu_s": time.process_time() - c0, "wall_s": time.perf_counter() - t0}
+
+
+class CellStore:
+    """OUT/cells/<key>.json per finished cell, <key>.error.json per failed one."""
+
+    def __init__(self, out: str | Path):
+        self.dir = Path(out) / "cells"
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def done(self) -> set[str]:
+        return {p.name[: -len(".json")] for p in self.dir.glob("*.json") if not p.name.endswith(".error.json")}
+
+    def write(self, record: dict[str, Any]) -> None:
+        name = f"{record['key']}.error.json" if "error" in record else f"{record['key']}.json"
+        tmp = self.dir / f".{name}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, self.dir / name)
+        if "error" not in record:
+            (self.dir / f"{record['key']}.error.json").unlink(missing_ok=True)
+
+    def records(self, keys: set[str] | None = None) -> list[dict[str, Any]]:
+        paths = sorted(p for p in self.dir.glob("*.json") if not p.name.endswith(".error.json"))
+        return [json.loads(p.read_text()) for p in paths if keys is None or p.stem in keys]
+
+    def errors(self) -> list[dict[str, Any]]:
+        return [json.loads(p.read_text()) for p in sorted(self.dir.glob("*.error.json"))]
+
+
+def run_sweep(sweep: Sweep, out: str | Path, engine: str = "local", workers: int | None = None,
+              address: str | None = None, progress: bool = True) -> tuple[list[dict], list[dict]]:
+    """Run the cells not yet stored under `out`; return (records, errors) of this sweep's cells."""
+    if engine not in ENGINES:
+        raise ConfigError(f"engine {engine!r}: use one of {', '.join(ENGINES)}")
+    store = CellStore(out)
+    (Path(out) / "sweep.toml").write_text(sweep.text)
+    keys = {cell_key(c): c for c in sweep.cells}
+    todo = [c for k, c in keys.items() if k not in store.done()]
+    workers = workers or os.cpu_count() or 1
+    runner = _local if engine == "local" else _dask
+    failed: list[dict] = []
+    with _Progress(len(keys), len(keys) - len(todo), min(workers, len(todo)), progress) as bar:
+        for record in runner(todo, workers, address):
+            store.write(record)
+            if "error" in record:
+                failed.append(record)
+            bar.finished("error" in record)
+    return store.records(set(keys)), failed
+
+
+def _local(cells: list[dict], workers: int, address: str | None) -> Iterator[dict]:
+    if not cells:
+        return
+    with ProcessPoolExecutor(max_workers=min(workers, len(cells))) as pool:
+        for future in as_completed([pool.submit(execute, c) for c in cells]):
+            yield future.result()
+
+
+def _dask(cells: list[dict], workers: int, address: str | None) -> Iterator[dict]:
+    try:
+        from dask.distributed import Client, LocalCluster
+        from dask.distributed import as_completed as dask_completed
+    except ImportError as exc:
+        raise ConfigError("engine dask needs Dask distributed: pip install 'schedlab[dask]'") from exc
+    if not cells:
+        return
+    cluster = None if address else LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                                dashboard_address=None, silence_logs=logging.ERROR)
+    client = Client(address or cluster)
+    try:
+        futures = client.map(execute, cells, key=[f"cell-{cell_key(c)}" for c in cells], pure=False)
+        for future in dask_completed(futures):
+            yield _dask_record(future)
+            future.release()
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _dask_record(future) -> dict:
+    if future.status == "error":  # the worker itself died: execute() records everything else
+        cell_key_ = future.key.removeprefix("cell-")
+        return {"key": cell_key_, "version": __version__, "cell": None, "error": repr(future.exception())}
+    return future.result()
+
+
+class _Progress:
+    """tqdm bar: cells done, running, failed, and the ETA."""
+
+    def __init__(self, total: int, done: int, running: int, enabled: bool):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, initial=done, unit="cell", disable=not enabled, desc="sweep")
+        self.running, self.failed, self.left = running, 0, total - done
+        self._post()
+
+    def _post(self) -> None:
+        self.bar.set_postfix_str(f"running {self.running}, failed {self.failed}")
+
+    def finished(self, failed: bool) -> None:
+        self.left -= 1
+        self.failed += failed
+        self.running = min(self.running, self.left)
+        self._post()
+        self.bar.update(1)
+
+    def __enter__(self) -> "_Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.close()
+
+
+def records_frame(records: list[dict]) -> pd.DataFrame:
+    """One row per cell: its axes (trace, policy label, seed, ...) and its summary metrics."""
+    from schedlab.sweep.config import trace_label
+
+    rows = []
+    for r in records:
+        c = r["cell"]
+        rows.append({"trace": trace_label(c["trace"]), "policy": c["policy"]["label"], "seed": c["seed"],
+                     "load": c["load"], "cluster": f"{c['nodes']}x{c['gpus_per_node']}", "round_s": c["round_s"],
+                     "model": c["model"], **r["summary"], "cpu_s": r["cpu_s"], "key": r["key"]})
+    return pd.DataFrame(rows)
+
+
+def deterministic(record: dict) -> dict:
+    """A record without its run-to-run timings: equal across runs of the same cell."""
+    summary = {k: v for k, v in record["summary"].items() if k not in TIMING_KEYS}
+    rounds = {k: v for k, v in record["rounds"].items() if k != "solve_ms"}
+    return {**record, "summary": summary, "rounds": rounds, "cpu_s": None, "wall_s": None}

@@ -1,0 +1,122 @@
+"""Sweeps: resumable after a kill, the same on Dask, clear about bad configs, reported."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from schedlab.errors import ConfigError
+from schedlab.sweep import CellStore, cell_key, parse_sweep, report, run_sweep
+from schedlab.sweep.run import deterministic
+
+TINY = """\
+[sweep]
+name = "tiny"
+baseline = "fifo"
+
+[traces]
+workloads = ["workload-1", "workload-3"]
+synthetic = [{jobs = 12, jobs_per_hour = 30.0}]
+max_jobs = 16
+
+[grid]
+policies = ["fifo", "tiresias"]
+seeds = [0, 1]
+round_s = 600.0
+"""
+
+
+def results(out: Path) -> dict[str, dict]:
+    return {r["key"]: deterministic(r) for r in CellStore(out).records()}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("whole")
+    records, failed = run_sweep(parse_sweep(TINY), out, workers=2, progress=False)
+    assert len(records) == 12 and failed == []
+    return out
+
+
+def test_config_expands_to_the_full_grid_with_stable_keys():
+    sweep = parse_sweep(TINY)
+    assert len(sweep.cells) == 3 * 2 * 2
+    assert len({cell_key(c) for c in sweep.cells}) == 12
+    assert [cell_key(c) for c in parse_sweep(TINY).cells] == [cell_key(c) for c in sweep.cells]
+
+
+def test_a_killed_sweep_resumes_to_exactly_the_uninterrupted_results(tmp_path, uninterrupted):
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "schedlab.cli", "sweep", str(config), "--out", str(out), "--workers", "1", "--quiet"]
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while len(CellStore(out).done()) < 3 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    partial = CellStore(out).done()
+    assert 3 <= len(partial) < 12, "the kill should land mid-sweep"
+    assert not list((out / "cells").glob("*.error.json"))
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert results(out) == results(uninterrupted)
+    assert len(list((out / "cells").glob("*.json"))) == 12  # nothing stored twice
+
+
+def test_rerunning_a_finished_sweep_runs_nothing(uninterrupted):
+    before = {p.name: p.stat().st_mtime_ns for p in (uninterrupted / "cells").glob("*.json")}
+    records, failed = run_sweep(parse_sweep(TINY), uninterrupted, progress=False)
+    assert len(records) == 12 and failed == []
+    assert {p.name: p.stat().st_mtime_ns for p in (uninterrupted / "cells").glob("*.json")} == before
+
+
+def test_dask_local_cluster_gives_the_local_engine_results(tmp_path, uninterrupted):
+    pytest.importorskip("dask.distributed")
+    records, failed = run_sweep(parse_sweep(TINY), tmp_path, engine="dask", workers=2, progress=False)
+    assert failed == [] and len(records) == 12
+    assert results(tmp_path) == results(uninterrupted)
+
+
+def test_a_failing_cell_is_recorded_and_the_sweep_goes_on(tmp_path):
+    config = TINY.replace('workloads = ["workload-1", "workload-3"]', 'workloads = ["workload-1", "missing.csv"]')
+    records, failed = run_sweep(parse_sweep(config), tmp_path, workers=2, progress=False)
+    assert len(records) == 8 and len(failed) == 4
+    assert all("missing.csv" in f["error"] for f in failed)
+    assert len(list((tmp_path / "cells").glob("*.error.json"))) == 4
+
+
+@pytest.mark.parametrize(("text", "key", "line"), [
+    (TINY.replace("seeds = [0, 1]", "seeds = [0, 1]\nsed = 3"), "grid.sed", 13),
+    (TINY.replace('baseline = "fifo"', 'basline = "fifo"'), "sweep.basline", 3),
+    (TINY.replace("jobs_per_hour = 30.0", "job_per_hour = 30.0"), "job_per_hour", 7),
+    (TINY.replace('"fifo", "tiresias"', '"fifo", "tiresia"'), "tiresia", 11),
+    (TINY.replace("seeds = [0, 1]", "seeds = [0, -1]"), "grid.seeds", 12),
+])
+def test_a_malformed_config_names_the_key_and_its_line(text, key, line):
+    with pytest.raises(ConfigError, match=rf"line {line}\b.*{key}"):
+        parse_sweep(text, "tiny.toml")
+
+
+def test_invalid_toml_names_the_line():
+    with pytest.raises(ConfigError, match=r"not valid TOML.*line 3"):
+        parse_sweep('[sweep]\nname = "x"\nbaseline = \n', "bad.toml")
+
+
+def test_report_has_ci_over_seeds_and_change_vs_baseline(uninterrupted):
+    text = report(uninterrupted, "md", figures=True)
+    lines = text.splitlines()
+    assert lines[0].split("|")[1].strip() == "trace"
+    assert [line.split("|")[1].strip() for line in lines[2:]] == ["workload-1", "workload-3", "synthetic-12j-30ph", "all"]
+    assert "±" in lines[4] and "%" in lines[2]  # sampled trace: a real CI; tiresias vs fifo in percent
+    for name in ("jct_cdf", "jct_vs_load", "utilization", "solve_time"):
+        assert (uninterrupted / "figures" / f"{name}.png").stat().st_size > 0
+        assert (uninterrupted / "figures" / f"{name}.pdf").exists()
+    csv = report(uninterrupted, "csv")
+    assert csv.splitlines()[0] == "trace,policy,mean,ci95,n,change_vs_baseline"
