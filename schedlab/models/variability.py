@@ -1,0 +1,119 @@
+"""Per-GPU performance variability (PAL, Jain et al. SC'24): slowdown factors per class.
+
+For each application class (PAL's profiles.json: A ResNet-like, B and C BERT-like, D
+PageRank-like) the measured GPUs' performance (median `perf` over each GPU's runs; higher is
+slower) is clustered:
+  1. outliers, perf > mean + 3 sigma, each become a class of their own;
+  2. the rest are clustered by k-means (scikit-learn, 10 seeded restarts) with k in 2..10
+     chosen by the best silhouette score;
+  3. a GPU's slowdown factor is its cluster's centroid / the median k-means centroid (the
+     outliers' own classes do not move the reference: a typical GPU stays near 1).
+What we changed: PAL's artifact always ends with k = 2 (its selection loop keeps the first k);
+here k is the silhouette's choice, reported per class by `classify`.
+
+Simulated clusters get measured GPUs reproducibly: each GPU of the cluster draws, per class,
+one measured GPU (without replacement while they last) from a seeded numpy Generator. The
+artifact's ready 8 x 4 table (32gpu-variability.csv) is available as is.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+import pandas as pd
+from sklearn.cluster import KMeans
+from sklearn.metrics import silhouette_score
+
+from schedlab.errors import ConfigError
+from schedlab.models.profiles import data_dir
+
+CLASSES = ("classA", "classB", "classC", "classD")
+K_RANGE = range(2, 11)
+
+
+@dataclass(frozen=True)
+class ClassVariability:
+    """One class's clustering: per measured GPU its slowdown factor, and the clusters found."""
+
+    name: str
+    gpu_perf: pd.Series  # uuid -> median perf
+    labels: np.ndarray  # cluster per GPU, aligned with gpu_perf
+    centroids: np.ndarray  # per cluster (inliers' k-means centroids, then one per outlier)
+    k: int  # clusters chosen by silhouette among the inliers
+    outliers: int
+
+    @property
+    def slowdown(self) -> pd.Series:
+        """uuid -> slowdown factor (centroid / median k-means centroid)."""
+        factors = self.centroids / np.median(self.centroids[: self.k])
+        return pd.Series(factors[self.labels], index=self.gpu_perf.index, name=self.name)
+
+    @property
+    def tiers(self) -> np.ndarray:
+        """The distinct slowdown factors, ascending."""
+        return np.unique(np.round(self.centroids / np.median(self.centroids[: self.k]), 6))
+
+
+def classify(perf: pd.Series, name: str = "", seed: int = 0) -> ClassVariability:
+    """Cluster per-GPU perf values (uuid -> perf) as PAL does, with k by silhouette."""
+    values = perf.to_numpy(float)
+    if len(values) < 3:
+        raise ConfigError(f"variability {name}: need >= 3 measured GPUs, got {len(values)}")
+    outlier = values > values.mean() + 3 * values.std()
+    inliers = values[~outlier].reshape(-1, 1)
+    best = None
+    for k in K_RANGE:
+        if k >= len(np.unique(inliers)):
+            break
+        km = KMeans(n_clusters=k, n_init=10, random_state=seed).fit(inliers)
+        score = silhouette_score(inliers, km.labels_)
+        if best is None or score > best[0]:
+            best = (score, k, km)
+    if best is None:
+        raise ConfigError(f"variability {name}: the measurements hold fewer than 3 distinct values")
+    _, k, km = best
+    labels = np.empty(len(values), dtype=int)
+    labels[~outlier] = km.labels_
+    labels[outlier] = k + np.arange(outlier.sum())
+    centroids = np.concatenate([km.cluster_centers_.ravel(), values[outlier]])
+    return ClassVariability(name, perf, labels, centroids, k, int(outlier.sum()))
+
+
+@cache
+def measured_classes(seed: int = 0) -> dict[str, ClassVariability]:
+    """PAL's four classes from the shipped Longhorn measurements."""
+    folder = data_dir() / "pal"
+    files = json.loads((folder / "profiles.json").read_text())
+    out = {}
+    for name in CLASSES:
+        df = pd.read_csv(folder / files[name], usecols=["uuid", "perf"])
+        out[name] = classify(df.groupby("uuid").perf.median(), name, seed)
+    return out
+
+
+def assign_slowdowns(gpu_ids: list[str], rng: np.random.Generator,
+                     classes: dict[str, ClassVariability] | None = None) -> dict[str, dict[str, float]]:
+    """Per simulated GPU, per class, the slowdown factor of a measured GPU drawn at random
+    (without replacement while the measured GPUs last)."""
+    classes = classes or measured_classes()
+    out: dict[str, dict[str, float]] = {g: {} for g in gpu_ids}
+    for name, cv in classes.items():
+        factors = cv.slowdown.to_numpy(float)
+        pick = rng.permutation(len(factors))
+        while len(pick) < len(gpu_ids):
+            pick = np.concatenate([pick, rng.permutation(len(factors))])
+        for g, i in zip(gpu_ids, pick):
+            out[g][name] = float(factors[i])
+    return out
+
+
+def ready_32gpu() -> pd.DataFrame:
+    """The artifact's 8 x 4 table: node, gpu, and one slowdown column per class."""
+    df = pd.read_csv(data_dir() / "pal" / "aggregated_data" / "32gpu-variability.csv")
+    out = df.rename(columns={"Node_ID": "node", "Local_GPU_ID": "gpu"})[["node", "gpu"]]
+    for name in CLASSES:
+        out[name] = df[f"PerfVar_{name}"]
+    return out
