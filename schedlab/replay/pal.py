@@ -1,0 +1,144 @@
+"""PAL's simulated world (Jain et al. SC'24): rigid jobs, per-GPU slowdowns, a locality penalty.
+
+A job (Sia-Philly trace: job_id, num_gpus, submit_time, duration, model) needs exactly
+num_gpus GPUs and `duration` seconds of work at full speed. Every `round_s` (PAL: 360 s) the
+queue is ordered (fifo: submit time; las: least attained GPU-seconds; srtf: least remaining
+work) and cut at the cluster's capacity (jobs taken in order while they fit); the placement
+policy (policies.placement) gives the chosen jobs concrete GPUs; the others wait (preempted).
+A running job progresses at 1 / (max slowdown of its GPUs for its class x L if it spans
+nodes) seconds of work per second, after `restart_delay_s` whenever its GPU set changed
+(PAL: 0, a job that lands on the same GPUs is not restarted); it completes exactly inside the
+round. GPU slowdowns: each simulated GPU draws measured GPUs per class (models.variability,
+seeded).
+Model -> class (ours, from the architectures): CNNs (resnet50, vgg19, DCGAN, PointNet) -> A
+(ResNet-like), BERT -> B, GPT2 -> C (both BERT-like), others -> D.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy.stats import gmean
+
+from schedlab.errors import ConfigError
+from schedlab.formulations.placement import PlacementGpu, PlacementInput, PlacementJob
+from schedlab.models.variability import assign_slowdowns
+from schedlab.policies.placement import PLACEMENT_POLICIES
+
+ORDERS = ("fifo", "las", "srtf")
+MODEL_CLASS = {"resnet50": "classA", "vgg19": "classA", "dcgan": "classA", "pointnet": "classA",
+               "bert": "classB", "gpt2": "classC"}
+
+
+@dataclass(frozen=True)
+class PalConfig:
+    num_nodes: int = 16
+    gpus_per_node: int = 4
+    round_s: float = 360.0
+    across_node: float = 1.7
+    order: str = "fifo"
+    restart_delay_s: float = 0.0
+    restart_penalty: float = 0.0  # what the exact placement charges a move (fraction of a round)
+    seed: int = 0  # slowdown assignment and random placement
+    horizon_s: float = 120 * 86400.0
+
+    def __post_init__(self):
+        if self.order not in ORDERS:
+            raise ConfigError(f"order {self.order!r}: use one of {', '.join(ORDERS)}")
+        if self.round_s <= 0 or self.across_node < 1 or self.num_nodes < 1 or self.gpus_per_node < 1:
+            raise ConfigError("round_s > 0, across_node >= 1, num_nodes and gpus_per_node >= 1")
+
+
+@dataclass(frozen=True)
+class PalResult:
+    jobs: pd.DataFrame
+    rounds: pd.DataFrame
+    summary: dict
+
+
+def model_class(model: str) -> str:
+    return MODEL_CLASS.get(model.lower(), "classD")
+
+
+def pal_replay(trace: pd.DataFrame, placement: str, config: PalConfig = PalConfig()) -> PalResult:
+    if placement not in PLACEMENT_POLICIES:
+        raise ConfigError(f"unknown placement {placement!r}; use one of {', '.join(PLACEMENT_POLICIES)}")
+    place = PLACEMENT_POLICIES[placement]
+    rng = np.random.default_rng(config.seed)
+    ids = [f"gpu:{n}/{k}" for n in range(config.num_nodes) for k in range(config.gpus_per_node)]
+    slowdowns = assign_slowdowns(ids, np.random.default_rng(config.seed))
+    gpus = tuple(PlacementGpu(g, g.split("/")[0], slowdowns[g]) for g in ids)
+    too_big = trace[trace.num_gpus > len(ids)]
+    if len(too_big):
+        raise ConfigError(f"job {too_big.job_id.iloc[0]} needs {too_big.num_gpus.iloc[0]} GPUs, the cluster has "
+                          f"{len(ids)}; use a larger cluster")
+    jobs = trace.sort_values(["submit_time", "job_id"], kind="stable").reset_index(drop=True)
+    n = len(jobs)
+    submit = jobs.submit_time.to_numpy(float)
+    need = jobs.num_gpus.to_numpy(int)
+    remaining = jobs.duration.to_numpy(float).copy()
+    classes = [model_class(m) for m in jobs.model]
+    attained = np.zeros(n)
+    current: list[tuple[str, ...]] = [() for _ in range(n)]
+    finish = np.full(n, np.nan)
+    rounds = []
+    now = 0.0
+    while np.isnan(finish).any() and now < config.horizon_s:
+        active = np.flatnonzero((submit <= now) & np.isnan(finish))
+        if not len(active):
+            now = max(now + config.round_s, math.ceil(submit[np.isnan(finish)].min() / config.round_s) * config.round_s)
+            continue
+        key = {"fifo": submit, "las": attained, "srtf": remaining}[config.order]
+        chosen, used = [], 0
+        for j in sorted(active, key=lambda j: (key[j], submit[j], j)):
+            if used + need[j] <= len(ids):
+                chosen.append(j)
+                used += need[j]
+        pi = PlacementInput(gpus, tuple(PlacementJob(str(j), int(need[j]), classes[j], current[j]) for j in chosen),
+                            config.across_node, config.restart_penalty)
+        t0 = time.perf_counter()
+        placed = place(pi, rng)
+        solve_ms = 1e3 * (time.perf_counter() - t0)
+        for j in active:
+            if j not in chosen:
+                current[j] = ()
+        for job in pi.jobs:
+            j = int(job.id)
+            gpu_ids = placed[job.id]
+            delay = config.restart_delay_s if set(gpu_ids) != set(current[j]) else 0.0
+            current[j] = gpu_ids
+            speed = 1.0 / (max(slowdowns[g][classes[j]] for g in gpu_ids)
+                           * (config.across_node if len({g.split("/")[0] for g in gpu_ids}) > 1 else 1.0))
+            run_s = max(config.round_s - delay, 0.0)
+            if remaining[j] <= run_s * speed:
+                busy_s = delay + remaining[j] / speed
+                finish[j] = now + busy_s
+                remaining[j] = 0.0
+                current[j] = ()
+            else:
+                busy_s = config.round_s
+                remaining[j] -= run_s * speed
+            attained[j] += need[j] * busy_s
+        rounds.append({"time_s": now, "active_jobs": len(active), "running_jobs": len(chosen), "gpus_used": used,
+                       "solve_ms": solve_ms})
+        now += config.round_s
+    done = ~np.isnan(finish)
+    jct = finish - submit
+    out = jobs.assign(**{"class": classes, "completion_s": finish, "jct_s": jct, "attained_gpu_s": attained})
+    rounds_df = pd.DataFrame(rounds)
+    makespan = float(np.nanmax(finish) - submit.min()) if done.any() else math.nan
+    summary = {
+        "jobs_total": n, "jobs_completed": int(done.sum()),
+        "mean_jct_s": float(np.mean(jct[done])) if done.any() else math.nan,
+        "geomean_jct_s": float(gmean(jct[done])) if done.any() else math.nan,
+        "p99_jct_s": float(np.percentile(jct[done], 99)) if done.any() else math.nan,
+        "makespan_s": makespan,
+        "utilization": float(attained.sum() / (len(ids) * makespan)) if done.any() else math.nan,
+        "rounds": len(rounds_df),
+        "solve_p50_ms": float(rounds_df.solve_ms.median()) if len(rounds_df) else math.nan,
+    }
+    return PalResult(out, rounds_df, summary)
