@@ -174,6 +174,9 @@ def build(pi: PlacementInput) -> PlacementModel:
         y = [col(0.0, 1) for _ in nodes]
         z = [col(w * d[t - 1], 1) for t in range(1, len(tiers))]  # z[t-1] is tier t
         m = col(0.0, 1)
+        node_gpus = np.bincount(node_of, weights=cap, minlength=len(nodes))
+        if job.num_gpus > node_gpus.max():  # no node holds it: it spans nodes
+            cols[m] = (0.0, 1.0, 1.0, True)
         p = col(-w * (1 - 1 / pi.across_node), inv0, integer=False)
         rows.append(({x[k]: 1.0 for k in range(len(types))}, job.num_gpus, job.num_gpus))
         for k in range(len(types)):
