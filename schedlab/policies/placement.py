@@ -139,6 +139,8 @@ def milp_cpsat(pi: PlacementInput, rng: np.random.Generator, time_limit_s: float
     return solve_placement(pi, "cpsat", time_limit_s, start=pal_greedy(pi, rng)).placement
 
 
+EXACT = ("milp", "milp_cpsat")  # take a per-round time_limit_s
+
 PLACEMENT_POLICIES: dict[str, Callable[[PlacementInput, np.random.Generator], Placement]] = {
     "pal": pal_greedy, "pm_first": pm_first, "packed_sticky": packed_sticky, "packed_nonsticky": packed_nonsticky,
     "random": random_placement, "milp": milp, "milp_cpsat": milp_cpsat,

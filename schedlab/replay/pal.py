@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -27,7 +28,7 @@ from scipy.stats import gmean
 from schedlab.errors import ConfigError
 from schedlab.formulations.placement import PlacementGpu, PlacementInput, PlacementJob
 from schedlab.models.variability import assign_slowdowns
-from schedlab.policies.placement import PLACEMENT_POLICIES
+from schedlab.policies.placement import EXACT, PLACEMENT_POLICIES
 
 ORDERS = ("fifo", "las", "srtf")
 MODEL_CLASS = {"resnet50": "classA", "vgg19": "classA", "dcgan": "classA", "pointnet": "classA",
@@ -43,6 +44,7 @@ class PalConfig:
     order: str = "fifo"
     restart_delay_s: float = 0.0
     restart_penalty: float = 0.0  # what the exact placement charges a move (fraction of a round)
+    placement_time_limit_s: float = 1.0  # per round, for the exact placements (warm-started from PAL)
     seed: int = 0  # slowdown assignment and random placement
     horizon_s: float = 120 * 86400.0
 
@@ -68,6 +70,8 @@ def pal_replay(trace: pd.DataFrame, placement: str, config: PalConfig = PalConfi
     if placement not in PLACEMENT_POLICIES:
         raise ConfigError(f"unknown placement {placement!r}; use one of {', '.join(PLACEMENT_POLICIES)}")
     place = PLACEMENT_POLICIES[placement]
+    if placement in EXACT:
+        place = partial(place, time_limit_s=config.placement_time_limit_s)
     rng = np.random.default_rng(config.seed)
     ids = [f"gpu:{n}/{k}" for n in range(config.num_nodes) for k in range(config.gpus_per_node)]
     slowdowns = assign_slowdowns(ids, np.random.default_rng(config.seed))
