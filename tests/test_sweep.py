@@ -120,3 +120,42 @@ def test_report_has_ci_over_seeds_and_change_vs_baseline(uninterrupted):
         assert (uninterrupted / "figures" / f"{name}.pdf").exists()
     csv = report(uninterrupted, "csv")
     assert csv.splitlines()[0] == "trace,policy,mean,ci95,n,change_vs_baseline"
+
+
+PAL_WORLD = """\
+[sweep]
+world = "pal"
+baseline = "packed_sticky"
+metric = "geomean_jct_s"
+
+[traces]
+sia_philly = ["workload-1"]
+max_jobs = 25
+
+[grid]
+policies = ["packed_sticky", "pal", {name = "milp", time_limit_s = 0.05}]
+across_node = [1.0, 1.7]
+nodes = 4
+"""
+
+
+def test_pal_world_runs_placement_policies_on_its_own_axes(tmp_path):
+    sweep = parse_sweep(PAL_WORLD)
+    assert len(sweep.cells) == 6 and all(c["round_s"] == 360.0 and c["world"] == "pal" for c in sweep.cells)
+    records, failed = run_sweep(sweep, tmp_path, workers=2, progress=False)
+    assert failed == [] and len(records) == 6
+    by = {(r["cell"]["policy"]["label"], r["cell"]["across_node"]): r["summary"] for r in records}
+    assert by[("packed_sticky", 1.7)]["mean_jct_s"] >= by[("packed_sticky", 1.0)]["mean_jct_s"]  # penalty slows
+    text = report(tmp_path, "md")
+    assert "across_node" in text.splitlines()[0] and "pal vs base" in text.splitlines()[0]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (PAL_WORLD.replace('"pal", {name', '"pollux", {name'), "unknown placement policy 'pollux'"),
+    (PAL_WORLD.replace("nodes = 4", "nodes = 4\nmodel = \"oracle\""), "grid.model does not apply to world = 'pal'"),
+    (TINY.replace("seeds = [0, 1]", "seeds = [0, 1]\nacross_node = 2.0"), "grid.across_node does not apply"),
+    (PAL_WORLD.replace('sia_philly = ["workload-1"]', 'workloads = ["workload-1"]'), "Sia-Philly traces only"),
+])
+def test_world_specific_keys_are_checked(text, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_sweep(text, "w.toml")

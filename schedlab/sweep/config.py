@@ -39,14 +39,20 @@ from typing import Any
 from schedlab import __version__
 from schedlab.errors import ConfigError
 from schedlab.policies import POLICIES
+from schedlab.policies.placement import PLACEMENT_POLICIES
+from schedlab.replay.pal import ORDERS
 
 SECTIONS = {
-    "sweep": {"name", "baseline", "metric"},
+    "sweep": {"name", "baseline", "metric", "world"},
     "traces": {"workloads", "sia_philly", "synthetic", "philly", "max_jobs"},
-    "grid": {"policies", "seeds", "load", "nodes", "gpus_per_node", "round_s", "model"},
+    "grid": {"policies", "seeds", "load", "nodes", "gpus_per_node", "round_s", "model", "across_node", "order"},
 }
 GRID_DEFAULTS = {"seeds": [0], "load": [1.0], "nodes": [16], "gpus_per_node": [4], "round_s": [60.0],
                  "model": ["policy"]}
+# PAL's world (replay.pal): raw Sia-Philly traces, placement policies, its own axes and defaults.
+PAL_GRID_DEFAULTS = {"seeds": [0], "load": [1.0], "nodes": [16], "gpus_per_node": [4], "round_s": [360.0],
+                     "across_node": [1.7], "order": ["fifo"]}
+WORLDS = ("pollux", "pal")
 MODELS = ("policy", "online", "oracle")
 SAMPLER_KEYS = {"synthetic": {"jobs", "jobs_per_hour", "mix"}, "philly": {"jobs", "start_hour", "duration_h"}}
 
@@ -103,9 +109,19 @@ def parse_sweep(text: str, source: str = "sweep config",
             if key not in SECTIONS[section]:
                 raise where.error(key, f"unknown key {section}.{key}; use one of {', '.join(sorted(SECTIONS[section]))}")
     head, traces_raw, grid = raw.get("sweep", {}), raw.get("traces", {}), raw.get("grid", {})
+    world = head.get("world", "pollux")
+    if world not in WORLDS:
+        raise where.error("world", f"sweep.world {world!r}: use one of {', '.join(WORLDS)}")
+    defaults = PAL_GRID_DEFAULTS if world == "pal" else GRID_DEFAULTS
+    for key in grid:
+        if key != "policies" and key not in defaults:
+            raise where.error(key, f"grid.{key} does not apply to world = {world!r}; "
+                                   f"use {', '.join(sorted(defaults))}")
     traces = _traces(traces_raw, where)
-    policies = _policies(grid.get("policies"), where)
-    axes = {k: _axis(grid.get(k, GRID_DEFAULTS[k]), k, where) for k in GRID_DEFAULTS}
+    if world == "pal" and any(t["kind"] != "sia_philly" for t in traces):
+        raise where.error("traces", "world = 'pal' replays Sia-Philly traces only: set traces.sia_philly")
+    policies = _policies(grid.get("policies"), where, world)
+    axes = {k: _axis(grid.get(k, v), k, where) for k, v in defaults.items()}
     _check_axes(axes, where)
     max_jobs = traces_raw.get("max_jobs")
     if max_jobs is not None and (not isinstance(max_jobs, int) or max_jobs < 1):
@@ -115,11 +131,14 @@ def parse_sweep(text: str, source: str = "sweep config",
     if baseline is not None and baseline not in labels:
         raise where.error("baseline", f"sweep.baseline {baseline!r} is not among the policies {labels}")
     cells = []
-    for trace, policy, seed, load, nodes, gpn, round_s, model in itertools.product(
-            traces, policies, axes["seeds"], axes["load"], axes["nodes"], axes["gpus_per_node"],
-            axes["round_s"], axes["model"]):
-        cells.append({"trace": trace, "max_jobs": max_jobs, "policy": policy, "seed": seed, "load": float(load),
-                      "nodes": nodes, "gpus_per_node": gpn, "round_s": float(round_s), "model": model})
+    names = list(defaults)
+    for trace, policy, *values in itertools.product(traces, policies, *(axes[k] for k in names)):
+        cell = {"trace": trace, "max_jobs": max_jobs, "policy": policy, **dict(zip(names, values))}
+        seed = cell.pop("seeds")
+        cell = {**cell, "seed": seed, "load": float(cell["load"]), "round_s": float(cell["round_s"])}
+        if world == "pal":
+            cell = {**cell, "world": "pal", "across_node": float(cell["across_node"])}
+        cells.append(cell)
     return Sweep(str(head.get("name", Path(source).stem)), baseline, str(head.get("metric", "mean_jct_s")),
                  tuple(cells), text)
 
@@ -174,18 +193,23 @@ def _traces(raw: dict[str, Any], where: _Where) -> list[dict[str, Any]]:
     return traces
 
 
-def _policies(raw: Any, where: _Where) -> list[dict[str, Any]]:
+def _policies(raw: Any, where: _Where, world: str) -> list[dict[str, Any]]:
     if not isinstance(raw, list) or not raw:
         raise where.error("policies", "grid.policies must be a non-empty list of names or {name = ..., ...} tables")
+    registry = PLACEMENT_POLICIES if world == "pal" else POLICIES
     out = []
     for entry in raw:
         spec = {"name": entry} if isinstance(entry, str) else dict(entry) if isinstance(entry, dict) else None
-        if spec is None or spec.get("name") not in POLICIES:
+        if spec is None or spec.get("name") not in registry:
             name = spec.get("name") if spec else entry
-            raise where.error("policies", f"grid.policies: unknown policy {name!r}; use one of "
-                              f"{', '.join(sorted(POLICIES))}", value=name if isinstance(name, str) else None)
+            raise where.error("policies", f"grid.policies: unknown {'placement ' if world == 'pal' else ''}policy "
+                              f"{name!r}; use one of {', '.join(sorted(registry))}",
+                              value=name if isinstance(name, str) else None)
         name = spec.pop("name")
         label = str(spec.pop("label", name))
+        if world == "pal" and set(spec) - {"time_limit_s"}:
+            bad = sorted(set(spec) - {"time_limit_s"})[0]
+            raise where.error(bad, f"grid.policies: placement policy {name!r} takes only time_limit_s, not {bad!r}")
         out.append({"name": name, "label": label, "params": spec})
     labels = [p["label"] for p in out]
     if len(set(labels)) != len(labels):
@@ -204,8 +228,12 @@ def _check_axes(axes: dict[str, list[Any]], where: _Where) -> None:
     for key in ("seeds", "nodes", "gpus_per_node"):
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= (0 if key == "seeds" else 1) for v in axes[key]):
             raise where.error(key, f"grid.{key} must hold integers >= {0 if key == 'seeds' else 1}")
-    for key in ("load", "round_s"):
+    for key in ("load", "round_s", "across_node"):
+        if key not in axes:
+            continue
         if not all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in axes[key]):
             raise where.error(key, f"grid.{key} must hold numbers > 0")
-    if not all(m in MODELS for m in axes["model"]):
+    if not all(m in MODELS for m in axes.get("model", [])):
         raise where.error("model", f"grid.model must be among {MODELS}")
+    if not all(o in ORDERS for o in axes.get("order", [])):
+        raise where.error("order", f"grid.order must be among {ORDERS}")

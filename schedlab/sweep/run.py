@@ -27,6 +27,7 @@ from schedlab import __version__
 from schedlab.errors import ConfigError
 from schedlab.policies import make_policy
 from schedlab.replay.engine import ReplayConfig, replay
+from schedlab.replay.pal import PalConfig, pal_replay
 from schedlab.sweep.config import Sweep, cell_key
 from schedlab.traces import (load_sia_philly, load_workload, philly_workload, synthetic_workload, trace_jobs,
                              workload_from_sia_philly)
@@ -65,12 +66,10 @@ def execute(cell: dict[str, Any]) -> dict[str, Any]:
     key = cell_key(cell)
     t0, c0 = time.perf_counter(), time.process_time()
     try:
-        config = ReplayConfig(num_nodes=cell["nodes"], gpus_per_node=cell["gpus_per_node"], round_s=cell["round_s"],
-                              throughput_model=None if cell["model"] == "policy" else cell["model"])
         # One BLAS thread: with every core busy running cells, OpenBLAS's spinning workers
         # made the small interpolations of trace sampling up to 500x slower.
         with threadpool_limits(limits=1, user_api="blas"):
-            result = replay(trace_jobs(build_workload(cell)), make_cell_policy(cell), config)
+            result = _pal_replay(cell) if cell.get("world") == "pal" else _pollux_replay(cell)
     except Exception:  # noqa: BLE001 - a failed cell is recorded, the sweep goes on
         return {"key": key, "version": __version__, "cell": cell, "error": traceback.format_exc()}
     rounds = result.rounds
@@ -79,6 +78,25 @@ def execute(cell: dict[str, Any]) -> dict[str, Any]:
             "rounds": {"time_s": rounds.time_s.tolist(), "gpus_used": rounds.gpus_used.astype(int).tolist(),
                        "solve_ms": rounds.solve_ms.dropna().round(3).tolist()},
             "cpu_s": time.process_time() - c0, "wall_s": time.perf_counter() - t0}
+
+
+def _pollux_replay(cell: dict[str, Any]):
+    config = ReplayConfig(num_nodes=cell["nodes"], gpus_per_node=cell["gpus_per_node"], round_s=cell["round_s"],
+                          throughput_model=None if cell["model"] == "policy" else cell["model"])
+    return replay(trace_jobs(build_workload(cell)), make_cell_policy(cell), config)
+
+
+def _pal_replay(cell: dict[str, Any]):
+    """PAL's world: the raw Sia-Philly trace, a placement policy, PAL's axes."""
+    trace = load_sia_philly(cell["trace"]["name"]).sort_values("submit_time", kind="stable")
+    if cell["max_jobs"]:
+        trace = trace.head(cell["max_jobs"])
+    trace = trace.assign(submit_time=trace.submit_time / cell["load"])
+    params = cell["policy"]["params"]
+    config = PalConfig(num_nodes=cell["nodes"], gpus_per_node=cell["gpus_per_node"], round_s=cell["round_s"],
+                       across_node=cell["across_node"], order=cell["order"], seed=cell["seed"],
+                       placement_time_limit_s=params.get("time_limit_s", PalConfig.placement_time_limit_s))
+    return pal_replay(trace, cell["policy"]["name"], config)
 
 
 class CellStore:
@@ -201,7 +219,8 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
         c = r["cell"]
         rows.append({"trace": trace_label(c["trace"]), "policy": c["policy"]["label"], "seed": c["seed"],
                      "load": c["load"], "cluster": f"{c['nodes']}x{c['gpus_per_node']}", "round_s": c["round_s"],
-                     "model": c["model"], **r["summary"], "cpu_s": r["cpu_s"], "key": r["key"]})
+                     "model": c.get("model"), "across_node": c.get("across_node"), "order": c.get("order"),
+                     **r["summary"], "cpu_s": r["cpu_s"], "key": r["key"]})
     return pd.DataFrame(rows)
 
 
