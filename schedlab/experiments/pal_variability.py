@@ -22,18 +22,9 @@ import numpy as np
 import pandas as pd
 from scipy.stats import gmean
 
-from schedlab.errors import ConfigError
-from schedlab.sweep import load_sweep, records_frame, run_sweep
+from schedlab.sweep import load_sweep, results_frame
 
 PUBLISHED_REDUCTION = {"pal": 0.43, "pm_first": 0.40}
-
-
-def run(config: Path, out: Path, processes: int, overrides: dict) -> pd.DataFrame:
-    """One of the PAL sweeps (resumable: cells under out/cells), one row per cell."""
-    records, failed = run_sweep(load_sweep(config, overrides), out, "local", processes)
-    if failed:
-        raise ConfigError(f"{len(failed)} cells failed; tracebacks in {out}/cells/*.error.json")
-    return records_frame(records)
 
 
 def reduction_vs(results: pd.DataFrame, baseline: str = "packed_sticky") -> dict[str, float]:
@@ -54,8 +45,8 @@ def main(argv: list[str] | None = None, configs: Path | None = None) -> int:
     t0 = time.perf_counter()
     overrides = {"traces": {"sia_philly": args.traces.split(",")}} if args.traces else {}
     out = Path(args.out)
-    main_results = run(args.configs / "pal_variability.toml", out, args.processes, overrides)
-    sweep = run(args.configs / "pal_locality.toml", out / "locality", args.processes, overrides)
+    main_results = results_frame(load_sweep(args.configs / "pal_variability.toml", overrides), out, args.processes)
+    sweep = results_frame(load_sweep(args.configs / "pal_locality.toml", overrides), out / "locality", args.processes)
     main_results.to_csv(out / "results.csv", index=False)
     sweep.to_csv(out / "locality.csv", index=False)
 

@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from schedlab.errors import ConfigError
 from schedlab.models.profiles import data_dir
 from schedlab.policies import POLICIES
-from schedlab.sweep import load_sweep, records_frame, run_sweep
+from schedlab.sweep import load_sweep, results_frame
 
 def published_means() -> dict[str, dict[str, float]]:
     """policy -> workload -> mean JCT (s) from the artifact's results-jobload summaries."""
@@ -46,10 +45,7 @@ def run(config: str | Path, out: str | Path, processes: int | None = None, workl
     sweep = load_sweep(config, overrides)
     if policies and sweep.baseline not in policies:
         sweep = load_sweep(config, overrides | {"sweep": {"baseline": policies[0]}})
-    records, failed = run_sweep(sweep, out, "local", processes, progress=progress)
-    if failed:
-        raise ConfigError(f"{len(failed)} cells failed; tracebacks in {out}/cells/*.error.json")
-    return records_frame(records).rename(columns={"trace": "workload"})
+    return results_frame(sweep, out, processes, progress).rename(columns={"trace": "workload"})
 
 
 def table(results: pd.DataFrame) -> pd.DataFrame:

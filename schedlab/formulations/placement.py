@@ -40,6 +40,7 @@ Solved by HiGHS (solvers.highs_direct) or, from the same arrays, by CP-SAT (solv
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -154,6 +155,8 @@ def build(pi: PlacementInput) -> PlacementModel:
     cap = np.array([len(t) for t in types])
     nodes = sorted({pi.gpu_index[t[0]].node for t in types})
     node_of = np.array([nodes.index(pi.gpu_index[t[0]].node) for t in types])
+    largest_node_gpus = np.bincount(node_of, weights=cap, minlength=len(nodes)).max()
+    type_of = _type_of(types)
     cols: list[tuple[float, float, float, bool]] = []  # (c, lo, hi, integer)
     rows: list[tuple[dict[int, float], float, float]] = []
 
@@ -174,8 +177,7 @@ def build(pi: PlacementInput) -> PlacementModel:
         y = [col(0.0, 1) for _ in nodes]
         z = [col(w * d[t - 1], 1) for t in range(1, len(tiers))]  # z[t-1] is tier t
         m = col(0.0, 1)
-        node_gpus = np.bincount(node_of, weights=cap, minlength=len(nodes))
-        if job.num_gpus > node_gpus.max():  # no node holds it: it spans nodes
+        if job.num_gpus > largest_node_gpus:  # no node holds it: it spans nodes
             cols[m] = (0.0, 1.0, 1.0, True)
         p = col(-w * (1 - 1 / pi.across_node), inv0, integer=False)
         rows.append(({x[k]: 1.0 for k in range(len(types))}, job.num_gpus, job.num_gpus))
@@ -188,7 +190,7 @@ def build(pi: PlacementInput) -> PlacementModel:
             rows.append(({z[t]: 1.0, z[t - 1]: -1.0}, -np.inf, 0.0))
         rows.append(({**{yn: 1.0 for yn in y}, m: -(len(nodes) - 1.0)}, -np.inf, 1.0))
         rows.append(({p: 1.0, **{z[t]: -d[t] for t in range(len(z))}, m: -inv0}, 0.0, np.inf))
-        current = _current_counts(pi, job, types)
+        current = _current_counts(job, type_of)
         s = -1
         if current is not None:
             offset -= w * pi.restart_penalty
@@ -213,7 +215,7 @@ def build(pi: PlacementInput) -> PlacementModel:
 def point(pi: PlacementInput, model: PlacementModel, placement: Mapping[str, tuple[str, ...]]) -> np.ndarray:
     """The model's column values for a concrete placement (a warm start, e.g. PAL's greedy)."""
     v = np.zeros(model.arrays.num_cols)
-    type_of = {g: k for k, ids in enumerate(model.types) for g in ids}
+    type_of = _type_of(model.types)
     for job, cols in zip(pi.jobs, model.jobs):
         gpu_ids = placement[job.id]
         for g in gpu_ids:
@@ -231,17 +233,17 @@ def point(pi: PlacementInput, model: PlacementModel, placement: Mapping[str, tup
     return v
 
 
-def _current_counts(pi: PlacementInput, job: PlacementJob, types) -> dict[int, int] | None:
+def _type_of(types) -> dict[str, int]:
+    return {g: k for k, ids in enumerate(types) for g in ids}
+
+
+def _current_counts(job: PlacementJob, type_of: dict[str, int]) -> dict[int, int] | None:
     """Type -> current GPUs of a running job, if it could stay (all its GPUs offered)."""
     if not job.current_gpus or len(job.current_gpus) != job.num_gpus:
         return None
-    where = {g: k for k, ids in enumerate(types) for g in ids}
-    if any(g not in where for g in job.current_gpus):
+    if any(g not in type_of for g in job.current_gpus):
         return None
-    counts: dict[int, int] = {}
-    for g in job.current_gpus:
-        counts[where[g]] = counts.get(where[g], 0) + 1
-    return counts
+    return dict(Counter(type_of[g] for g in job.current_gpus))
 
 
 def decode(pi: PlacementInput, model: PlacementModel, values: np.ndarray) -> dict[str, tuple[str, ...]]:

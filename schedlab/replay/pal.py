@@ -26,9 +26,12 @@ import pandas as pd
 from scipy.stats import gmean
 
 from schedlab.errors import ConfigError
-from schedlab.formulations.placement import PlacementGpu, PlacementInput, PlacementJob
+from schedlab.formulations.placement import PlacementGpu, PlacementInput, PlacementJob, job_speed
 from schedlab.models.variability import assign_slowdowns
 from schedlab.policies.placement import EXACT, PLACEMENT_POLICIES
+from schedlab.replay.engine import ReplayResult
+from schedlab.topology import build_cluster, node_of
+from schedlab.topology import gpus as gpus_of
 
 ORDERS = ("fifo", "las", "srtf")
 MODEL_CLASS = {"resnet50": "classA", "vgg19": "classA", "dcgan": "classA", "pointnet": "classA",
@@ -55,27 +58,21 @@ class PalConfig:
             raise ConfigError("round_s > 0, across_node >= 1, num_nodes and gpus_per_node >= 1")
 
 
-@dataclass(frozen=True)
-class PalResult:
-    jobs: pd.DataFrame
-    rounds: pd.DataFrame
-    summary: dict
-
-
 def model_class(model: str) -> str:
     return MODEL_CLASS.get(model.lower(), "classD")
 
 
-def pal_replay(trace: pd.DataFrame, placement: str, config: PalConfig = PalConfig()) -> PalResult:
+def pal_replay(trace: pd.DataFrame, placement: str, config: PalConfig = PalConfig()) -> ReplayResult:
     if placement not in PLACEMENT_POLICIES:
         raise ConfigError(f"unknown placement {placement!r}; use one of {', '.join(PLACEMENT_POLICIES)}")
     place = PLACEMENT_POLICIES[placement]
     if placement in EXACT:
         place = partial(place, time_limit_s=config.placement_time_limit_s)
     rng = np.random.default_rng(config.seed)
-    ids = [f"gpu:{n}/{k}" for n in range(config.num_nodes) for k in range(config.gpus_per_node)]
+    graph = build_cluster(config.num_nodes, config.gpus_per_node)
+    ids = gpus_of(graph)
     slowdowns = assign_slowdowns(ids, np.random.default_rng(config.seed))
-    gpus = tuple(PlacementGpu(g, g.split("/")[0], slowdowns[g]) for g in ids)
+    gpus = tuple(PlacementGpu(g, node_of(graph, g), slowdowns[g]) for g in ids)
     too_big = trace[trace.num_gpus > len(ids)]
     if len(too_big):
         raise ConfigError(f"job {too_big.job_id.iloc[0]} needs {too_big.num_gpus.iloc[0]} GPUs, the cluster has "
@@ -115,8 +112,7 @@ def pal_replay(trace: pd.DataFrame, placement: str, config: PalConfig = PalConfi
             gpu_ids = placed[job.id]
             delay = config.restart_delay_s if set(gpu_ids) != set(current[j]) else 0.0
             current[j] = gpu_ids
-            speed = 1.0 / (max(slowdowns[g][classes[j]] for g in gpu_ids)
-                           * (config.across_node if len({g.split("/")[0] for g in gpu_ids}) > 1 else 1.0))
+            speed = job_speed(pi, job, gpu_ids)
             run_s = max(config.round_s - delay, 0.0)
             if remaining[j] <= run_s * speed:
                 busy_s = delay + remaining[j] / speed
@@ -145,4 +141,4 @@ def pal_replay(trace: pd.DataFrame, placement: str, config: PalConfig = PalConfi
         "rounds": len(rounds_df),
         "solve_p50_ms": float(rounds_df.solve_ms.median()) if len(rounds_df) else math.nan,
     }
-    return PalResult(out, rounds_df, summary)
+    return ReplayResult(out, rounds_df, summary)

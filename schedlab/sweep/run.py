@@ -9,6 +9,7 @@ so a Dask cluster needs no shared file system.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -25,10 +26,10 @@ from threadpoolctl import threadpool_limits
 
 from schedlab import __version__
 from schedlab.errors import ConfigError
-from schedlab.policies import make_policy
+from schedlab.policies import POLICIES, make_policy
 from schedlab.replay.engine import ReplayConfig, replay
 from schedlab.replay.pal import PalConfig, pal_replay
-from schedlab.sweep.config import Sweep, cell_key
+from schedlab.sweep.config import Sweep, cell_key, trace_label
 from schedlab.traces import (load_sia_philly, load_workload, philly_workload, synthetic_workload, trace_jobs,
                              workload_from_sia_philly)
 
@@ -47,17 +48,22 @@ def build_workload(cell: dict[str, Any]) -> pd.DataFrame:
         df = synthetic_workload(trace["jobs"], trace["jobs_per_hour"], rng, trace.get("mix"))
     else:
         df = philly_workload(trace["jobs"], rng, trace.get("start_hour", 2), trace.get("duration_h", 8))
+    return _first_jobs_at_load(df, "time", cell)
+
+
+def _first_jobs_at_load(df: pd.DataFrame, time_col: str, cell: dict[str, Any]) -> pd.DataFrame:
+    """The cell's first max_jobs jobs by submit time (all if unset), submit times / load."""
     if cell["max_jobs"]:
-        df = df.sort_values("time", kind="stable").head(cell["max_jobs"])
-    return df.assign(time=df.time / cell["load"])
+        df = df.sort_values(time_col, kind="stable").head(cell["max_jobs"])
+    return df.assign(**{time_col: df[time_col] / cell["load"]})
 
 
 def make_cell_policy(cell: dict[str, Any]):
+    """The cell's policy; a seeded policy takes the cell's seed unless its params set one."""
     spec = cell["policy"]
     params = dict(spec["params"])
-    policy = make_policy(spec["name"])
-    if "seed" in {f for f in getattr(policy, "__dataclass_fields__", {})} and "seed" not in params:
-        params["seed"] = cell["seed"]
+    if "seed" in {f.name for f in dataclasses.fields(POLICIES[spec["name"]])}:
+        params.setdefault("seed", cell["seed"])
     return make_policy(spec["name"], params)
 
 
@@ -88,10 +94,7 @@ def _pollux_replay(cell: dict[str, Any]):
 
 def _pal_replay(cell: dict[str, Any]):
     """PAL's world: the raw Sia-Philly trace, a placement policy, PAL's axes."""
-    trace = load_sia_philly(cell["trace"]["name"]).sort_values("submit_time", kind="stable")
-    if cell["max_jobs"]:
-        trace = trace.head(cell["max_jobs"])
-    trace = trace.assign(submit_time=trace.submit_time / cell["load"])
+    trace = _first_jobs_at_load(load_sia_philly(cell["trace"]["name"]), "submit_time", cell)
     params = cell["policy"]["params"]
     config = PalConfig(num_nodes=cell["nodes"], gpus_per_node=cell["gpus_per_node"], round_s=cell["round_s"],
                        across_node=cell["across_node"], order=cell["order"], seed=cell["seed"],
@@ -210,10 +213,17 @@ class _Progress:
         self.bar.close()
 
 
+def results_frame(sweep: Sweep, out: str | Path, processes: int | None = None, progress: bool = True) -> pd.DataFrame:
+    """Run `sweep` with the local engine (resumable under out) and return its records_frame;
+    raises if a cell failed, for scripts that need every cell."""
+    records, failed = run_sweep(sweep, out, "local", processes, progress=progress)
+    if failed:
+        raise ConfigError(f"{len(failed)} cells failed; tracebacks in {out}/cells/*.error.json")
+    return records_frame(records)
+
+
 def records_frame(records: list[dict]) -> pd.DataFrame:
     """One row per cell: its axes (trace, policy label, seed, ...) and its summary metrics."""
-    from schedlab.sweep.config import trace_label
-
     rows = []
     for r in records:
         c = r["cell"]
