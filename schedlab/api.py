@@ -1,5 +1,8 @@
 """solve_round(): validate -> options -> build -> solve -> decode -> verify, never a traceback.
 
+Options come from formulations.options, or, when some job opts in to layer freezing, from
+formulations.freezing (the same model with freeze levels folded into the options).
+
 Solvers, by name (one registry):
     highs        the model as arrays straight into highspy (default, fastest)
     cpsat        the same arrays in OR-Tools CP-SAT (integer-scaled objective)
@@ -20,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from schedlab.errors import SchedlabError
+from schedlab.formulations.freezing import enumerate_freeze_options, has_freezing
 from schedlab.formulations.goodput import build_arrays, build_pyomo, decode, objective_value, start_point
 from schedlab.formulations.options import OptionSet, enumerate_options
 from schedlab.io import parse_round_input, round_input_to_dict
@@ -86,7 +90,7 @@ def solve_round(round_input: RoundInput | Mapping[str, Any], *, solver: str | No
         ri = replace(ri, settings=replace(ri.settings, **overrides))
     s = ri.settings
     t0 = time.perf_counter()
-    opts = enumerate_options(ri)
+    opts = enumerate_freeze_options(ri) if has_freezing(ri) else enumerate_options(ri)
     options_s = time.perf_counter() - t0
     try:
         outcome, build_s = _backend(s.solver)(opts, s)

@@ -8,16 +8,20 @@ import time
 import numpy as np
 
 from schedlab.api import solve_round
+from schedlab.models.freezing import DEFAULT_BUDGET, layer_profile
 from schedlab.models.profiles import APPLICATIONS, shipped_profiles
-from schedlab.state import Cluster, GpuRef, GradStats, JobSpec, Node, RoundInput, Settings
+from schedlab.state import Cluster, FreezeSpec, GpuRef, GradStats, JobSpec, Node, RoundInput, Settings
 
 
 def random_round(rng: np.random.Generator, num_gpus: int, num_jobs: int, gpus_per_node: int = 4,
-                 running_fraction: float = 0.5, settings: Settings | None = None) -> RoundInput:
+                 running_fraction: float = 0.5, settings: Settings | None = None,
+                 freeze_fraction: float = 0.0) -> RoundInput:
     """A round on num_gpus GPUs: num_jobs jobs of the six applications, some already running.
 
     Gradient statistics vary around each profile's (log-normal factors), ages up to 4 h, and
     running jobs hold chain-shaped placements packed first-fit, as a previous round leaves them.
+    A `freeze_fraction` of the jobs opt in to layer freezing at a uniform progress, 2,000-50,000
+    steps long, with up to the default budget left.
     """
     nodes = tuple(Node(f"n{k}", gpus_per_node) for k in range(max(num_gpus // gpus_per_node, 1)))
     free = [list(range(gpus_per_node)) for _ in nodes]
@@ -35,8 +39,14 @@ def random_round(rng: np.random.Generator, num_gpus: int, num_jobs: int, gpus_pe
             id=f"{prof.name}-{i}", throughput={nodes[0].gpu_type: prof.params}, grad_stats=grad, batch=prof.batch,
             min_gpus=1, max_gpus=max_gpus, current_gpus=current, age_s=float(rng.uniform(0, 4 * 3600)),
             num_restarts=int(rng.integers(0, 4)), application=prof.name,
+            freezing=_random_freezing(rng, prof.name) if rng.random() < freeze_fraction else None,
         ))
     return RoundInput(Cluster(nodes), tuple(jobs), settings or Settings())
+
+
+def _random_freezing(rng: np.random.Generator, application: str) -> FreezeSpec:
+    return FreezeSpec(layer_profile(application), progress=float(rng.uniform()),
+                      total_steps=float(rng.uniform(2e3, 5e4)), budget_left=float(rng.uniform(0, DEFAULT_BUDGET)))
 
 
 def _take_first_fit(free: list[list[int]], nodes, gpus: int, gpus_per_node: int) -> tuple[GpuRef, ...]:
@@ -57,12 +67,13 @@ def _take_first_fit(free: list[list[int]], nodes, gpus: int, gpus_per_node: int)
 
 
 def run_bench(num_gpus: int, num_jobs: int, rounds: int, solver: str = "highs", seed: int = 0,
-              p: float = -1.0, time_limit_s: float = 10.0) -> dict:
+              p: float = -1.0, time_limit_s: float = 10.0, freeze_fraction: float = 0.0) -> dict:
     """Solve `rounds` random rounds; latency percentiles (ms), worst gap and status counts."""
     rng = np.random.default_rng(seed)
     build, solve, total, gaps, statuses = [], [], [], [], collections.Counter()
     for _ in range(rounds):
-        ri = random_round(rng, num_gpus, num_jobs, settings=Settings(p=p, solver=solver, time_limit_s=time_limit_s))
+        ri = random_round(rng, num_gpus, num_jobs, settings=Settings(p=p, solver=solver, time_limit_s=time_limit_s),
+                          freeze_fraction=freeze_fraction)
         t0 = time.perf_counter()
         res = solve_round(ri)
         total.append(time.perf_counter() - t0)
@@ -72,7 +83,7 @@ def run_bench(num_gpus: int, num_jobs: int, rounds: int, solver: str = "highs", 
         statuses[res.status] += 1
     ms = lambda xs, q: float(np.percentile(xs, q) * 1e3)  # noqa: E731
     return {
-        "gpus": num_gpus, "jobs": num_jobs, "rounds": rounds, "solver": solver, "p": p,
+        "gpus": num_gpus, "jobs": num_jobs, "rounds": rounds, "solver": solver, "p": p, "freeze": freeze_fraction,
         "build_p50_ms": ms(build, 50), "solve_p50_ms": ms(solve, 50),
         "total_p50_ms": ms(total, 50), "total_p95_ms": ms(total, 95), "total_max_ms": ms(total, 100),
         "gap_max": float(max(gaps)), "status_counts": dict(statuses),

@@ -32,7 +32,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     p = -math.inf if args.p in ("-inf", "max-min") else float(args.p)
     out = run_bench(args.gpus, args.jobs, args.rounds, solver=args.solver, seed=args.seed, p=p,
-                    time_limit_s=args.time_limit)
+                    time_limit_s=args.time_limit, freeze_fraction=args.freeze)
     if args.json:
         print(json.dumps(out))
     else:
@@ -117,12 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--p", default="-1", help="power-mean exponent, or -inf for max-min")
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--time-limit", type=float, default=10.0)
+    bench.add_argument("--freeze", type=float, default=0.0, help="fraction of jobs that opt in to layer freezing")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(func=_cmd_bench)
 
     rp = sub.add_parser("replay", help="replay a workload round by round under a policy")
     rp.add_argument("--workload", required=True, help="Pollux-format CSV, or a shipped name (workload-1..8)")
-    rp.add_argument("--policy", required=True, help="pollux, sia, tiresias, optimus, fifo, ones")
+    rp.add_argument("--policy", required=True, help="pollux, sia, icefrog, static_freeze, tiresias, optimus, fifo, ones")
     rp.add_argument("--nodes", type=int, default=16)
     rp.add_argument("--gpus-per-node", type=int, default=4)
     rp.add_argument("--round-s", type=float, default=60.0, help="scheduling interval in seconds")

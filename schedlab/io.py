@@ -11,13 +11,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from schedlab.errors import InputError
+from schedlab.models.freezing import PROFILES as LAYER_PROFILES, layer_profile
 from schedlab.models.profiles import shipped_profiles
 from schedlab.state import (
     BatchLimits,
     Cluster,
+    FreezePenalty,
+    FreezeSpec,
     GpuRef,
     GradStats,
     JobSpec,
+    LayerGroup,
     Node,
     RoundInput,
     RoundResult,
@@ -26,6 +30,7 @@ from schedlab.state import (
 )
 
 PARAM_NAMES = tuple(ThroughputParams.__dataclass_fields__)
+PENALTY_NAMES = tuple(FreezePenalty.__dataclass_fields__)
 BATCH_NAMES = tuple(BatchLimits.__dataclass_fields__)
 _MAX_MIN = ("-inf", "max-min")
 
@@ -189,6 +194,53 @@ def _parse_job(ck: _Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | No
         requested_bsz=ck.number(raw, "requested_bsz", where, None, positive=True, integer=True),
         attained_service_gpu_s=ck.number(raw, "attained_service_gpu_s", where, 0.0, minimum=0.0),
         remaining_steps=ck.number(raw, "remaining_steps", where, None, minimum=0.0),
+        freezing=_parse_freezing(ck, raw["freezing"], f"{where}.freezing", app) if "freezing" in raw else None,
+    )
+
+
+def _parse_groups(ck: _Checker, raw: Mapping, where: str, app: str | None) -> tuple[LayerGroup, ...]:
+    if "groups" in raw:
+        groups = []
+        for k, rg in enumerate(ck.sequence(raw, "groups", where)):
+            gw = f"{where}.groups[{k}]"
+            rg = ck.mapping(rg, gw)
+            name = rg.get("name", f"group{k}")
+            groups.append(LayerGroup(str(name), *(ck.number(rg, key, gw, 1.0, minimum=0.0, required=True)
+                                                   for key in ("forward", "backward", "params"))))
+        if len(groups) < 2:
+            ck.bad(f"{where}.groups", "needs at least 2 layer groups (the last one always trains)")
+        return tuple(groups)
+    profile = raw.get("profile", app)
+    if profile not in LAYER_PROFILES:
+        ck.bad(f"{where}.profile", f"unknown layer profile {profile!r}; use one of {', '.join(sorted(LAYER_PROFILES))}, "
+               "or give groups [{forward, backward, params}, ...]")
+        return ()
+    return layer_profile(profile)
+
+
+def _parse_freezing(ck: _Checker, raw: Any, where: str, app: str | None) -> FreezeSpec | None:
+    raw = ck.mapping(raw, where)
+    groups = _parse_groups(ck, raw, where, app)
+    pen = ck.mapping(raw.get("penalty", {}), f"{where}.penalty")
+    d = FreezePenalty()
+    penalty = FreezePenalty(*(ck.number(pen, k, f"{where}.penalty", getattr(d, k), minimum=0.0) for k in PENALTY_NAMES))
+    progress = ck.number(raw, "progress", where, 0.0, minimum=0.0, required=True)
+    if progress is not None and progress > 1.0:
+        ck.bad(f"{where}.progress", f"is the fraction of training done, in [0, 1]; got {progress!r}")
+    top = len(groups) - 1
+    min_frozen = ck.number(raw, "min_frozen", where, 0, minimum=0, integer=True)
+    max_frozen = ck.number(raw, "max_frozen", where, None, minimum=0, integer=True)
+    if groups and (max_frozen if max_frozen is not None else top) > top:
+        ck.bad(f"{where}.max_frozen", f"{max_frozen} leaves no group training; use at most {top}")
+    if max_frozen is not None and min_frozen > max_frozen:
+        ck.bad(f"{where}.min_frozen", f"{min_frozen} is above max_frozen {max_frozen}; lower it")
+    if groups and min_frozen > top:
+        ck.bad(f"{where}.min_frozen", f"{min_frozen} leaves no group training; use at most {top}")
+    return FreezeSpec(
+        groups=groups, progress=progress,
+        total_steps=ck.number(raw, "total_steps", where, 1.0, positive=True, required=True),
+        budget_left=ck.number(raw, "budget_left", where, 0.0, minimum=0.0, required=True),
+        min_frozen=min_frozen, max_frozen=max_frozen, penalty=penalty,
     )
 
 
@@ -233,6 +285,7 @@ def _parse_settings(ck: _Checker, raw: Any) -> Settings:
         time_limit_s=ck.number(raw, "time_limit_s", "settings", d.time_limit_s, positive=True),
         mip_gap=ck.number(raw, "mip_gap", "settings", d.mip_gap, minimum=0.0),
         seed=ck.number(raw, "seed", "settings", d.seed, minimum=0, integer=True),
+        round_s=ck.number(raw, "round_s", "settings", d.round_s, positive=True),
     )
 
 
@@ -288,11 +341,21 @@ def round_input_to_dict(ri: RoundInput) -> dict[str, Any]:
                 d[key] = getattr(job, key)
         if job.attained_service_gpu_s:
             d["attained_service_gpu_s"] = job.attained_service_gpu_s
+        if job.freezing is not None:
+            d["freezing"] = _freezing_to_dict(job.freezing)
         jobs.append(d)
     settings = _fields(ri.settings)
     if ri.settings.max_min:
         settings["p"] = "-inf"
     return {"cluster": {"nodes": [_fields(n) for n in ri.cluster.nodes]}, "jobs": jobs, "settings": settings}
+
+
+def _freezing_to_dict(f: FreezeSpec) -> dict[str, Any]:
+    d = {"groups": [_fields(g) for g in f.groups], "progress": f.progress, "total_steps": f.total_steps,
+         "budget_left": f.budget_left, "min_frozen": f.min_frozen, "penalty": _fields(f.penalty)}
+    if f.max_frozen is not None:
+        d["max_frozen"] = f.max_frozen
+    return d
 
 
 def _finite_or_none(x: float) -> float | None:
@@ -306,6 +369,7 @@ def round_result_to_dict(res: RoundResult) -> dict[str, Any]:
             "job_id": a.job_id, "gpus": [_fields(g) for g in a.gpus], "num_gpus": a.num_gpus,
             "num_nodes": a.num_nodes, "total_bsz": a.total_bsz, "local_bsz": a.local_bsz,
             "accum_steps": a.accum_steps, "goodput": a.goodput, "speedup": a.speedup, "restarted": a.restarted,
+            "frozen_groups": a.frozen_groups, "freeze_penalty": a.freeze_penalty,
         })
     return {
         "status": res.status, "solver": res.solver, "objective": _finite_or_none(res.objective),

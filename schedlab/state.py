@@ -67,6 +67,52 @@ class BatchLimits:
 
 
 @dataclass(frozen=True)
+class LayerGroup:
+    """A contiguous block of layers: forward and backward cost of one example (relative units,
+    e.g. MACs) and its parameter count. Groups are listed input-first; freezing k groups
+    freezes the first k."""
+
+    name: str
+    forward: float
+    backward: float
+    params: float
+
+
+@dataclass(frozen=True)
+class FreezePenalty:
+    """Our frozen-penalty model (see models.freezing): the share of a step's worth lost with a
+    fraction phi of the backward compute frozen at training progress q,
+    pi(phi, q) = 1 - exp(-scale * phi^exponent * (1 - q)^decay)."""
+
+    scale: float = 14.4
+    exponent: float = 3.0
+    decay: float = 2.0
+
+
+@dataclass(frozen=True)
+class FreezeSpec:
+    """A job that opts in to layer freezing (IceFrog-style).
+
+    progress: fraction of training done, in [0, 1]. total_steps: training length in steps at
+    the initial batch (Pollux's progress unit), so a round's progress is goodput * round_s /
+    (init_bsz * total_steps). budget_left: accuracy penalty the job still accepts (the same
+    unit as the penalty, e.g. 0.03 = 3 %). Levels min_frozen..max_frozen are allowed.
+    """
+
+    groups: tuple[LayerGroup, ...]
+    progress: float
+    total_steps: float
+    budget_left: float
+    min_frozen: int = 0
+    max_frozen: int | None = None  # None: all but the last group
+    penalty: FreezePenalty = FreezePenalty()
+
+    @property
+    def top_level(self) -> int:
+        return len(self.groups) - 1 if self.max_frozen is None else self.max_frozen
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """One job as the round model sees it.
 
@@ -97,6 +143,7 @@ class JobSpec:
     requested_bsz: int | None = None
     attained_service_gpu_s: float = 0.0
     remaining_steps: float | None = None
+    freezing: FreezeSpec | None = None
 
     @property
     def running(self) -> bool:
@@ -111,6 +158,8 @@ class Settings:
        -inf = max-min). restart_cost_s: Pollux's S in the restart factor
        max(age - S * restarts, 0) / (age + S). unallocated_penalty: lambda, leaving a job
        unallocated is worth lambda times less than its worst option (Sia's 1.1).
+       round_s: the round's length, which turns a freezing job's progress rate into the
+       penalty it spends this round.
     """
 
     p: float = -1.0
@@ -120,6 +169,7 @@ class Settings:
     time_limit_s: float = 10.0
     mip_gap: float = 1e-4
     seed: int = 0
+    round_s: float = 60.0
 
     @property
     def max_min(self) -> bool:
@@ -145,6 +195,8 @@ class JobAllocation:
     goodput: float = 0.0
     speedup: float = 0.0
     restarted: bool = False
+    frozen_groups: int = 0
+    freeze_penalty: float = 0.0  # accuracy penalty this round spends (freezing jobs)
 
     @property
     def num_gpus(self) -> int:

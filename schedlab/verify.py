@@ -30,6 +30,13 @@ def problems(round_input: RoundInput, allocations: tuple[JobAllocation, ...]) ->
             if (g.node, g.gpu) in holder:
                 found.append(f"GPU {g.node}:{g.gpu} given to {holder[g.node, g.gpu]!r} and {a.job_id!r}")
             holder[g.node, g.gpu] = a.job_id
+        f = job.freezing
+        if f is None and a.frozen_groups:
+            found.append(f"job {a.job_id!r} freezes {a.frozen_groups} layer groups but did not opt in to freezing")
+        if f is not None and a.gpus and not f.min_frozen <= a.frozen_groups <= f.top_level:
+            found.append(f"job {a.job_id!r} freezes {a.frozen_groups} groups outside its [{f.min_frozen}, {f.top_level}]")
+        if f is not None and a.freeze_penalty > f.budget_left + 1e-9:
+            found.append(f"job {a.job_id!r} spends penalty {a.freeze_penalty:.3g} above its budget {f.budget_left:.3g}")
         if not a.gpus:
             continue
         if not job.min_gpus <= len(a.gpus) <= job.max_gpus:

@@ -283,5 +283,7 @@ def decode(opts: OptionSet, chosen: np.ndarray) -> tuple[JobAllocation, ...]:
             local_bsz=local, accum_steps=accum, goodput=float(opts.goodput[c]),
             speedup=float(opts.speedup[c]),
             restarted=job.running and gpus != tuple(sorted(job.current_gpus)),
+            frozen_groups=int(opts.frozen_groups[c]) if opts.frozen_groups is not None else 0,
+            freeze_penalty=float(opts.freeze_penalty[c]) if opts.freeze_penalty is not None else 0.0,
         ))
     return tuple(out)

@@ -71,7 +71,8 @@ class OptionSet:
     """All candidate configurations of a round, one row per option (columnar arrays).
 
     group[c] is -1 for a stay option. stay_nodes[j] maps node index -> GPUs job j holds now,
-    for jobs that have a stay option. U0[j] is the value of leaving job j unallocated.
+    for jobs that have a stay option (one per job).
+    U0[j] is the value of leaving job j unallocated.
     """
 
     round_input: RoundInput
@@ -88,6 +89,8 @@ class OptionSet:
     accum_steps: np.ndarray
     U0: np.ndarray
     stay_nodes: dict[int, dict[int, int]]
+    frozen_groups: np.ndarray | None = None  # freeze level of each option (formulations.freezing)
+    freeze_penalty: np.ndarray | None = None  # accuracy penalty each option spends this round
 
     @property
     def num_options(self) -> int:
@@ -225,16 +228,30 @@ def prune_dominated(job: np.ndarray, group: np.ndarray, num_gpus: np.ndarray, va
     return keep
 
 
-def option_goodput(opts: OptionSet, total_bsz: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Goodput, micro-batch and accumulation of every option trained at the given total batch
-    (instead of its best one), e.g. ONES's linear batch scaling."""
+def _option_rows(opts: OptionSet) -> _Rows:
+    """The rows (job, group, GPU type, nodes, GPUs) of the options, for re-valuing them."""
     jobs, nodes = opts.round_input.jobs, opts.round_input.cluster.nodes
     node_index = {n.id: k for k, n in enumerate(nodes)}
     types = [opts.groups[g].gpu_type if g >= 0 else nodes[node_index[jobs[j].current_gpus[0].node]].gpu_type
              for j, g in zip(opts.job, opts.group)]
-    rows = _Rows(list(opts.job), list(opts.group), types, list(opts.num_nodes), list(opts.num_gpus))
-    choice = _value_rows(rows, jobs, np.asarray(total_bsz, dtype=float))
+    return _Rows(list(opts.job), list(opts.group), types, list(opts.num_nodes), list(opts.num_gpus))
+
+
+def option_goodput(opts: OptionSet, total_bsz: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Goodput, micro-batch and accumulation of every option trained at the given total batch
+    (instead of its best one), e.g. ONES's linear batch scaling."""
+    choice = _value_rows(_option_rows(opts), opts.round_input.jobs, np.asarray(total_bsz, dtype=float))
     return choice.goodput, choice.local_bsz, choice.accum_steps
+
+
+def option_best_batch(opts: OptionSet, jobs: tuple[JobSpec, ...], which: np.ndarray, job_of: np.ndarray):
+    """The best batch and its goodput of the shapes of options `which` (indices) for other
+    jobs: option which[i] is valued as jobs[job_of[i]] (e.g. a variant with layers frozen).
+    One vectorized call; a BatchChoice aligned with `which`."""
+    rows = _option_rows(opts)
+    pick = lambda xs: [xs[i] for i in which]  # noqa: E731
+    return _value_rows(_Rows(list(job_of), pick(rows.group), pick(rows.gpu_type), pick(rows.nodes), pick(rows.gpus)),
+                       jobs)
 
 
 def enumerate_options(round_input: RoundInput, prune: bool = True) -> OptionSet:

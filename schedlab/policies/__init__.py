@@ -9,11 +9,12 @@ from typing import Any
 from schedlab.errors import ConfigError
 from schedlab.policies.base import Policy
 from schedlab.policies.baselines import FifoPolicy, OptimusPolicy, TiresiasPolicy
-from schedlab.policies.goodput import PolluxPolicy, SiaPolicy
+from schedlab.policies.goodput import IceFrogPolicy, PolluxPolicy, SiaPolicy, StaticFreezePolicy
 from schedlab.policies.ones import OnesPolicy
 
 POLICIES: dict[str, Callable[[], Policy]] = {
-    cls.name: cls for cls in (PolluxPolicy, SiaPolicy, TiresiasPolicy, OptimusPolicy, FifoPolicy, OnesPolicy)
+    cls.name: cls for cls in (PolluxPolicy, SiaPolicy, IceFrogPolicy, StaticFreezePolicy, TiresiasPolicy,
+                              OptimusPolicy, FifoPolicy, OnesPolicy)
 }
 
 

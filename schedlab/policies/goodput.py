@@ -5,31 +5,53 @@ pollux  p = -1 (Pollux's power mean), Pollux's restart factor with S = 30 s, and
         unallocated job costs ~250x a job at its fair share; lambda = 100 puts leaving a job
         out in the same place relative to its smallest option (speedup ~0.3-0.5 at 64 GPUs).
 sia     p = -0.5 and lambda = 1.1 (Sia, SOSP'23), same restart factor.
+icefrog pollux's settings, and jobs that opt in to layer freezing freeze what the round model
+        (formulations.freezing) chooses within their budgets. The round's spend is predicted
+        with the job's online-fitted model while the job spends at its true rate, so the policy
+        plans against budget_left / (1 + budget_margin). pollux and sia ignore opt-ins
+        (freeze = False): they are the no-freezing baselines.
+static_freeze
+        pollux's round model with each opted-in job's freeze level fixed by PipeTransformer's
+        geometric schedule, L_frozen(T) = ceil(L (1 - (1 - a)^T)), a = 1/3, with the epoch T
+        counted as progress x `epochs` (a static schedule knows no budget: it spends what it spends).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from schedlab.api import solve_round
-from schedlab.state import RoundInput, RoundResult, Settings
+from schedlab.models.freezing import geometric_frozen_groups
+from schedlab.state import JobSpec, RoundInput, RoundResult, Settings
+
+
+def _pollux_settings() -> Settings:
+    return Settings(p=-1.0, restart_cost_s=30.0, unallocated_penalty=100.0)
 
 
 @dataclass
 class GoodputPolicy:
     settings: Settings
+    freeze: bool = False
     name: ClassVar[str] = "goodput"
     batch_mode: ClassVar[str] = "adaptive"
     throughput_model: ClassVar[str] = "online"
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
-        return solve_round(replace(round_input, settings=self.settings))
+        jobs = tuple(self.prepare(job) for job in round_input.jobs)
+        return solve_round(replace(round_input, jobs=jobs,
+                                   settings=replace(self.settings, round_s=round_input.settings.round_s)))
+
+    def prepare(self, job: JobSpec) -> JobSpec:
+        """The job as this policy's model sees it: opt-ins dropped unless the policy freezes."""
+        return job if self.freeze or job.freezing is None else replace(job, freezing=None)
 
 
 @dataclass
 class PolluxPolicy(GoodputPolicy):
-    settings: Settings = field(default_factory=lambda: Settings(p=-1.0, restart_cost_s=30.0, unallocated_penalty=100.0))
+    settings: Settings = field(default_factory=_pollux_settings)
     name: ClassVar[str] = "pollux"
 
 
@@ -37,3 +59,32 @@ class PolluxPolicy(GoodputPolicy):
 class SiaPolicy(GoodputPolicy):
     settings: Settings = field(default_factory=lambda: Settings(p=-0.5, restart_cost_s=30.0, unallocated_penalty=1.1))
     name: ClassVar[str] = "sia"
+
+
+@dataclass
+class IceFrogPolicy(GoodputPolicy):
+    settings: Settings = field(default_factory=_pollux_settings)
+    freeze: bool = True
+    budget_margin: float = 0.25
+    name: ClassVar[str] = "icefrog"
+
+    def prepare(self, job: JobSpec) -> JobSpec:
+        f = job.freezing
+        return job if f is None else replace(job, freezing=replace(f, budget_left=f.budget_left / (1 + self.budget_margin)))
+
+
+@dataclass
+class StaticFreezePolicy(GoodputPolicy):
+    settings: Settings = field(default_factory=_pollux_settings)
+    freeze: bool = True
+    rate: float = 1 / 3
+    epochs: int = 10
+    name: ClassVar[str] = "static_freeze"
+
+    def prepare(self, job: JobSpec) -> JobSpec:
+        f = job.freezing
+        if f is None:
+            return job
+        level = min(geometric_frozen_groups(len(f.groups), math.floor(f.progress * self.epochs), self.rate), f.top_level)
+        # a static schedule ignores budgets: the whole remaining penalty range is allowed
+        return replace(job, freezing=replace(f, min_frozen=level, max_frozen=level, budget_left=1.0))

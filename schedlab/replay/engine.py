@@ -14,6 +14,11 @@ does), with at most twice the GPUs it has been measured on (Pollux's exploration
 "oracle" hands it the model fitted to the full measured tables (an ablation, and what the
 artifact's Optimus+Oracle assumes). NCF jobs of adaptive policies train on one GPU at batch
 32768, as the artifact pins them.
+
+Layer freezing (IceFrog-style, models.freezing): a seeded `freeze_opt_in` fraction of the jobs
+opt in with a penalty budget; the policy sees each one's progress, training length and budget
+left (JobSpec.freezing), and a job runs each round with the groups its allocation froze
+(replay.jobs.advance). Policies that do not freeze leave every job at 0.
 """
 
 from __future__ import annotations
@@ -30,12 +35,15 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from schedlab.errors import ConfigError
+from schedlab.models.freezing import DEFAULT_BUDGET, layer_profile
 from schedlab.models.profiles import POLLUX_GPU_TYPE, shipped_profiles
 from schedlab.policies.base import Policy
-from schedlab.replay.jobs import JobAgent, JobState, TraceJob, advance, isolated_time_s, reallocate, remaining_steps
+from schedlab.replay.jobs import (Freezing, JobAgent, JobState, TraceJob, advance, isolated_time_s, reallocate,
+                                  remaining_steps)
 from schedlab.replay.metrics import summarize
 from schedlab.replay.truth import ApplicationTruth, application_truth
-from schedlab.state import Cluster, GradStats, JobSpec, Node, RoundInput, ThroughputParams
+from schedlab.state import (Cluster, FreezePenalty, FreezeSpec, GradStats, JobSpec, Node, RoundInput, Settings,
+                            ThroughputParams)
 
 # What a job's model says before it has measured anything: Pollux's initial parameter guess
 # and gradient statistics that make larger batches worth nothing (gain 1).
@@ -53,10 +61,18 @@ class ReplayConfig:
     restart_delay_s: float = 30.0
     throughput_model: str | None = None  # None: the policy's own choice; "online" or "oracle"
     horizon_s: float = 60 * 86400.0  # stop here and report the jobs still running
+    freeze_opt_in: float = 0.0  # fraction of jobs that opt in to layer freezing
+    freeze_budget: float = DEFAULT_BUDGET  # each opted-in job's accuracy-penalty budget
+    freeze_penalty: FreezePenalty = FreezePenalty()
+    freeze_seed: int = 0  # which jobs opt in
 
     def check(self) -> None:
         problems = [f"{k} must be > 0" for k in ("num_nodes", "gpus_per_node", "round_s", "horizon_s")
                     if not getattr(self, k) > 0]
+        if not 0.0 <= self.freeze_opt_in <= 1.0:
+            problems.append(f"freeze_opt_in {self.freeze_opt_in} must be a fraction in [0, 1]")
+        if self.freeze_budget < 0:
+            problems.append("freeze_budget must be >= 0")
         if self.restart_delay_s < 0:
             problems.append("restart_delay_s must be >= 0")
         if self.throughput_model not in (None, "online", "oracle"):
@@ -96,8 +112,24 @@ def _rules(job: TraceJob, truth: ApplicationTruth, policy: Policy, total_gpus: i
     return _JobRules(job.batch_size, min(cap, total_gpus))
 
 
+def _freeze_spec(state: JobState, truth: ApplicationTruth, freezing: Freezing | None) -> FreezeSpec | None:
+    if freezing is None:
+        return None
+    return FreezeSpec(groups=freezing.groups, progress=min(state.progress / truth.completion_progress, 1.0),
+                      total_steps=truth.completion_progress, budget_left=max(freezing.budget - state.penalty_spent, 0.0),
+                      penalty=freezing.penalty)
+
+
+def _opt_ins(jobs: tuple[TraceJob, ...], config: ReplayConfig) -> dict[str, Freezing]:
+    """The seeded round(freeze_opt_in x jobs) jobs that opt in to freezing."""
+    count = round(config.freeze_opt_in * len(jobs))
+    picked = np.random.default_rng(config.freeze_seed).choice(len(jobs), size=count, replace=False)
+    return {jobs[i].name: Freezing(layer_profile(jobs[i].application), config.freeze_penalty, config.freeze_budget)
+            for i in sorted(picked)}
+
+
 def _job_spec(state: JobState, agent: JobAgent, truth: ApplicationTruth, rules: _JobRules, model: str,
-              now_s: float, total_gpus: int) -> JobSpec:
+              now_s: float, total_gpus: int, freezing: Freezing | None = None) -> JobSpec:
     job = state.job
     if model == "oracle":
         params = shipped_profiles()[job.application].params
@@ -124,6 +156,7 @@ def _job_spec(state: JobState, agent: JobAgent, truth: ApplicationTruth, rules: 
         requested_bsz=job.batch_size,
         attained_service_gpu_s=state.attained_gpu_s,
         remaining_steps=remaining_steps(state, truth, rules.fixed_bsz),
+        freezing=_freeze_spec(state, truth, freezing),
     )
 
 
@@ -155,17 +188,21 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
     agents = {j.name: JobAgent(truths[j.name], adaptive=policy.batch_mode == "adaptive" and rules[j.name].fixed_bsz is None)
               for j in jobs}
     states = {j.name: JobState(j) for j in jobs}
+    freezing = _opt_ins(jobs, config)
+    settings = Settings(round_s=config.round_s)
     rounds: list[dict] = []
     now = 0.0
     while now < config.horizon_s and not all(s.done for s in states.values()):
-        states = {k: advance(s, truths[k], agents[k], rules[k].fixed_bsz, now, config.round_s) for k, s in states.items()}
+        states = {k: advance(s, truths[k], agents[k], rules[k].fixed_bsz, now, config.round_s, freezing.get(k))
+                  for k, s in states.items()}
         now += config.round_s
         states = {k: replace(s, gpus=()) if s.done and s.gpus else s for k, s in states.items()}
         active = [s for s in states.values() if s.job.submit_s <= now and not s.done]
         log = {"time_s": now, "active_jobs": len(active), "solve_ms": math.nan, "status": "", "objective": math.nan}
         if active:
             ri = RoundInput(cluster, tuple(_job_spec(s, agents[s.job.name], truths[s.job.name], rules[s.job.name],
-                                                     model, now, total) for s in active))
+                                                     model, now, total, freezing.get(s.job.name)) for s in active),
+                            settings)
             t0 = time.perf_counter()
             result = policy.schedule(ri)
             log |= {"solve_ms": 1e3 * (time.perf_counter() - t0), "status": result.status,
@@ -174,15 +211,25 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
                 s = states[alloc.job_id]
                 if set(alloc.gpus) != set(s.gpus):
                     bsz = alloc.total_bsz if policy.batch_mode == "allocated" else rules[alloc.job_id].fixed_bsz
-                    states[alloc.job_id] = reallocate(s, agents[alloc.job_id], alloc.gpus, bsz, config.restart_delay_s)
+                    s = reallocate(s, agents[alloc.job_id], alloc.gpus, bsz, config.restart_delay_s)
+                states[alloc.job_id] = replace(s, frozen_groups=alloc.frozen_groups if alloc.job_id in freezing else 0)
         running = [s for s in states.values() if s.gpus]
         log |= {"running_jobs": len(running), "gpus_used": sum(len(s.gpus) for s in running)}
         rounds.append(log)
         if on_round:
             on_round(now, sum(s.done for s in states.values()))
-    jobs_df = _jobs_frame(states, truths, config.gpus_per_node)
+    jobs_df = _jobs_frame(states, truths, config.gpus_per_node, freezing)
     rounds_df = pd.DataFrame(rounds)
-    return ReplayResult(jobs_df, rounds_df, summarize(jobs_df, rounds_df, total, now))
+    return ReplayResult(jobs_df, rounds_df, summarize(jobs_df, rounds_df, total, now) | _freeze_summary(jobs_df))
+
+
+def _freeze_summary(jobs: pd.DataFrame) -> dict:
+    """Penalty spent by the jobs that opted in to freezing, and how many overspent their budget."""
+    opted = jobs[jobs.freeze_budget.notna()]
+    return {"freeze_jobs": int(len(opted)),
+            "penalty_mean": float(opted.penalty_spent.mean()) if len(opted) else 0.0,
+            "penalty_max": float(opted.penalty_spent.max()) if len(opted) else 0.0,
+            "budget_violations": int((opted.penalty_spent > opted.freeze_budget * (1 + 1e-9)).sum())}
 
 
 def write_outputs(result: ReplayResult, out_dir: str | Path) -> None:
@@ -194,7 +241,8 @@ def write_outputs(result: ReplayResult, out_dir: str | Path) -> None:
     (out / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n")
 
 
-def _jobs_frame(states: dict[str, JobState], truths: dict[str, ApplicationTruth], gpus_per_node: int) -> pd.DataFrame:
+def _jobs_frame(states: dict[str, JobState], truths: dict[str, ApplicationTruth], gpus_per_node: int,
+                freezing: dict[str, Freezing]) -> pd.DataFrame:
     rows = []
     for name, s in states.items():
         job, truth = s.job, truths[name]
@@ -207,5 +255,6 @@ def _jobs_frame(states: dict[str, JobState], truths: dict[str, ApplicationTruth]
             "num_replicas": job.num_replicas, "batch_size": job.batch_size, "restarts": s.num_restarts,
             "attained_gpu_s": s.attained_gpu_s, "epochs_done": s.epoch, "isolated_s": isolated,
             "ftf": jct / isolated if isolated > 0 else np.nan,
+            "freeze_budget": freezing[name].budget if name in freezing else np.nan, "penalty_spent": s.penalty_spent,
         })
     return pd.DataFrame(rows)

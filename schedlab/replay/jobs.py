@@ -6,6 +6,12 @@ gain / step_time per second (true values from replay.truth) and crosses epoch bo
 exactly: the JCT of a job finishing mid-round is the exact crossing time, not the round end.
 Adaptive jobs (Pollux's agent) re-pick their batch after every segment from their own model,
 fitted online to the (placement, local batch) -> step/sync times they have actually measured.
+
+A job that opts in to freezing (`Freezing`) runs with the layer groups its last allocation
+froze: its measured step shrinks as models.freezing.frozen_step_sync_s says, each step is worth
+1 - pi(phi, q) of a full one (q at the start of each segment, segments end at epochs), and it
+spends pi x (progress made) / (progress to completion) of its budget. Its agent records the
+unfrozen times (its model describes the full step; freezing scales it analytically).
 """
 
 from __future__ import annotations
@@ -15,9 +21,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from schedlab.models.efficiency import best_batch, gain
+from schedlab.models.freezing import frozen_fraction, frozen_step_sync_s, penalty
 from schedlab.models.throughput import fit_throughput_params
 from schedlab.replay.truth import ApplicationTruth, BatchSplit
-from schedlab.state import GpuRef, GradStats, ThroughputParams
+from schedlab.state import FreezePenalty, GpuRef, GradStats, LayerGroup, ThroughputParams
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,15 @@ class TraceJob:
 
 
 @dataclass(frozen=True)
+class Freezing:
+    """A job's opt-in to layer freezing: its layer groups, penalty model and budget."""
+
+    groups: tuple[LayerGroup, ...]
+    penalty: FreezePenalty
+    budget: float
+
+
+@dataclass(frozen=True)
 class JobState:
     job: TraceJob
     gpus: tuple[GpuRef, ...] = ()
@@ -43,6 +59,8 @@ class JobState:
     num_allocations: int = 0
     completion_s: float | None = None
     grad: GradStats | None = None
+    frozen_groups: int = 0
+    penalty_spent: float = 0.0
 
     @property
     def done(self) -> bool:
@@ -112,8 +130,8 @@ class JobAgent:
 
 
 def advance(state: JobState, truth: ApplicationTruth, agent: JobAgent, fixed_bsz: int | None,
-            now_s: float, seconds: float) -> JobState:
-    """The job's state `seconds` after `now_s` under its current allocation."""
+            now_s: float, seconds: float, freezing: Freezing | None = None) -> JobState:
+    """The job's state `seconds` after `now_s` under its current allocation (and freeze level)."""
     r = len(state.gpus)
     if r == 0 or state.done:
         return state
@@ -124,21 +142,30 @@ def advance(state: JobState, truth: ApplicationTruth, agent: JobAgent, fixed_bsz
         placement, split = s.placement, s.split
         total = split.total_bsz(r)
         step, sync = truth.step_sync_s(placement, split.local_bsz)
+        agent.observe(len(placement), r, split.local_bsz, step, sync)
+        pi = 0.0
+        if freezing is not None and s.frozen_groups:
+            step, sync = frozen_step_sync_s(step, sync, freezing.groups, s.frozen_groups)
+            phi = frozen_fraction(freezing.groups, s.frozen_groups)
+            pi = float(penalty(freezing.penalty, phi, s.progress / truth.completion_progress))
         step_s = step + (step - sync) * split.accum_steps
         grad = truth.grad_stats(total, s.epoch)
-        rate = float(gain(grad, truth.init_bsz, total)) / step_s
-        agent.observe(len(placement), r, split.local_bsz, step, sync)
+        rate = float(gain(grad, truth.init_bsz, total)) * (1.0 - pi) / step_s
         target = truth.progress_at_epoch(s.epoch + 1)
         dt = (target - s.progress) / rate
         if dt > seconds:
-            s = replace(s, progress=s.progress + rate * seconds, attained_gpu_s=s.attained_gpu_s + seconds * r, grad=grad)
+            gained = rate * seconds
+            s = replace(s, progress=s.progress + gained, attained_gpu_s=s.attained_gpu_s + seconds * r, grad=grad)
             seconds = 0.0
         else:
+            gained = target - s.progress
             now_s += dt
             epoch = s.epoch + 1
             s = replace(s, progress=target, epoch=epoch, attained_gpu_s=s.attained_gpu_s + dt * r, grad=grad,
                         completion_s=now_s if epoch >= truth.max_epochs else None)
             seconds -= dt
+        if pi:
+            s = replace(s, penalty_spent=s.penalty_spent + pi * gained / truth.completion_progress)
         if agent.adaptive and not s.done:
             s = replace(s, split=agent.choose_split(s, fixed_bsz))
     return s

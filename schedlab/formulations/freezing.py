@@ -1,0 +1,133 @@
+r"""Layer-elastic rounds (after IceFrog, TPDS 2025): GPUs, batch size and freeze level, jointly.
+
+Follows IceFrog's idea (schedule on layer-aware throughput x (1 - frozen penalty) under a per-job
+accuracy budget) with our own throughput and penalty models (models.freezing); the capacity
+model, fairness and restart factor are the goodput model's (goodput.py), unchanged.
+
+Sets
+    J, C_j, Grp, ...  as in goodput.py;  F_j = {min_frozen_j, ..., max_frozen_j}  freeze levels of
+                      job j ({0} for a job that does not opt in)
+Parameters (for option c of job j and level k in F_j)
+    g_ck      goodput with the first k layer groups frozen, at its best batch: Pollux's model
+              with compute scaled by c_k and sync by s_k (models.freezing.frozen_params)
+    pi_jk     frozen penalty at the job's progress q_j: pi(phi_k, q_j)
+    e_ck      effective speedup  g_ck (1 - pi_jk) / g_j(fair share, unfrozen) x restart factor
+    u_ck      U(e_ck), the goodput model's utility (p-mean; max-min uses e_ck)
+    d_ck      penalty spent this round  pi_jk * g_ck (1 - pi_jk) * round_s / (M0_j * N_j),
+              N_j = training length in steps at the initial batch M0_j (progress this round
+              times the penalty rate: the job's total penalty is the integral of pi dq)
+    b_j       the job's budget left
+Variables
+    x_ck in {0, 1}      option c is chosen at freeze level k (and goodput.py's w, t)
+Objective
+    maximize  sum_j U0_j + sum_{c,k} (u_ck - U0_j) x_ck          (p-mean; max-min as goodput.py)
+Constraints
+    (one)     sum_{c in C_j, k in F_j} x_ck <= 1                                     for j in J
+    (budget)  sum_{c in C_j, k in F_j} d_ck x_ck <= b_j                              for j in J
+    (level), (slots), (minspd) of goodput.py, with a_c, z_c, h_kc independent of k
+
+Reduction (exact). By (one) a job picks at most one (c, k), so (budget) reads d_ck <= b_j for the
+chosen pair: it removes pairs, it couples nothing. And since capacity does not depend on k, of
+the admissible levels of one configuration c only the best, k*(c) = argmax_{k in F_j, d_ck <=
+b_j} u_ck, can be in an optimum. So the model is goodput.py's over the options (c, k*(c)): the
+same size as without freezing, solved by the same code. Level 0 spends nothing and is in F_j
+unless the job forbids it (min_frozen > 0), so the round's optimum with freezing is never below
+the one without. What we changed from IceFrog: everything about the penalty (ours), and
+layer-group rather than per-layer freezing (4-6 groups per network).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from schedlab.formulations.options import OptionSet, enumerate_options, option_best_batch, prune_dominated, utility
+from schedlab.models.freezing import frozen_params, level_penalties, level_scales
+from schedlab.state import JobSpec, RoundInput
+
+_BUDGET_TOL = 1e-12  # floating-point slack on d_ck <= b_j
+
+
+def has_freezing(round_input: RoundInput) -> bool:
+    return any(job.freezing is not None for job in round_input.jobs)
+
+
+def _frozen_variants(jobs: tuple[JobSpec, ...], top: int) -> tuple[JobSpec, ...]:
+    """Job j with the first k groups frozen at index (k - 1) * |J| + j, k = 1..top (jobs that
+    cannot freeze k groups appear unchanged; their rows are never asked for)."""
+    return tuple(job if job.freezing is None or k > job.freezing.top_level else
+                 replace(job, throughput={t: frozen_params(p, job.freezing.groups, k) for t, p in job.throughput.items()})
+                 for k in range(1, top + 1) for job in jobs)
+
+
+def enumerate_freeze_options(round_input: RoundInput, prune: bool = True) -> OptionSet:
+    """Every job's options (c, k*(c)) with effective speedup, utility and penalty spent."""
+    base = enumerate_options(round_input, prune=False)
+    jobs, s = round_input.jobs, round_input.settings
+    top = max((job.freezing.top_level for job in jobs if job.freezing), default=0)
+    n = base.num_options
+    ratio = np.divide(base.penalized_speedup, base.speedup, out=np.zeros(n), where=base.speedup > 0)  # restart factor
+    fair = np.divide(base.goodput, base.speedup, out=np.zeros(n), where=base.speedup > 0)
+
+    # per job: allowed levels [lo, hi], pi_jk, and progress per unit goodput-second
+    lo = np.array([job.freezing.min_frozen if job.freezing else 0 for job in jobs], dtype=int)
+    hi = np.array([job.freezing.top_level if job.freezing else 0 for job in jobs], dtype=int)
+    pi_jk = np.zeros((len(jobs), top + 1))
+    per_goodput = np.zeros(len(jobs))  # round_s / (M0 N): progress this round per unit of goodput
+    budget = np.full(len(jobs), np.inf)
+    for j, job in enumerate(jobs):
+        if job.freezing:
+            pi_jk[j, : hi[j] + 1] = level_penalties(job.freezing)[: hi[j] + 1]
+            per_goodput[j] = s.round_s / (job.batch.init_bsz * job.freezing.total_steps)
+            budget[j] = job.freezing.budget_left + _BUDGET_TOL
+    jc = base.job
+
+    # value[k, c] (-inf where level k is not allowed), speed[k, c] (effective speedup before the
+    # restart factor), spent[k, c] and the batch of every (level, option)
+    value = np.full((top + 1, n), -np.inf)
+    speed, spent, goodput = np.zeros((top + 1, n)), np.zeros((top + 1, n)), np.zeros((top + 1, n))
+    local, accum = np.zeros((top + 1, n), dtype=int), np.zeros((top + 1, n), dtype=int)
+    goodput[0], local[0], accum[0] = base.goodput, base.local_bsz, base.accum_steps
+    # Skip (level, option) pairs level 0 beats for sure: freezing shrinks every part of the step
+    # by at least m_jk = min(c_k, s_k), so g_ck <= g_c0 / m_jk, and g_ck >= g_c0; hence k is
+    # dominated if (1 - pi_jk) / m_jk <= 1, or infeasible if pi (1 - pi) g_c0 exceeds the budget.
+    # Only where level 0 is allowed (lo = 0); otherwise every allowed level stays.
+    gain_bound = np.ones((len(jobs), top + 1))
+    for j, job in enumerate(jobs):
+        if job.freezing:
+            c_k, s_k, _ = level_scales(job.freezing.groups)
+            gain_bound[j, : hi[j] + 1] = (1.0 - pi_jk[j, : hi[j] + 1]) / np.minimum(c_k, s_k)[: hi[j] + 1]
+    rows_of = []
+    for k in range(top + 1):
+        pi = pi_jk[jc, k]
+        useful = (gain_bound[jc, k] > 1.0) & (pi * (1.0 - pi) * base.goodput * per_goodput[jc] <= budget[jc])
+        rows_of.append(np.flatnonzero((lo[jc] <= k) & (k <= hi[jc]) & ((k == 0) | (lo[jc] > 0) | useful)))
+    which = np.concatenate(rows_of[1:]) if top else np.zeros(0, dtype=int)
+    if len(which):  # every frozen (level, option) valued in one vectorized best-batch call
+        level = np.concatenate([np.full(len(r), k) for k, r in enumerate(rows_of) if k])
+        choice = option_best_batch(base, _frozen_variants(jobs, top), which, (level - 1) * len(jobs) + jc[which])
+        goodput[level, which], local[level, which], accum[level, which] = choice.goodput, choice.local_bsz, choice.accum_steps
+    for k, rows in enumerate(rows_of):
+        g, pi = goodput[k, rows], pi_jk[jc[rows], k]
+        speed[k, rows] = np.divide(g * (1.0 - pi), fair[rows], out=np.zeros(len(rows)), where=fair[rows] > 0)
+        spent[k, rows] = pi * g * (1.0 - pi) * per_goodput[jc[rows]]
+        ok = rows[(speed[k, rows] * ratio[rows] > 0) & (spent[k, rows] <= budget[jc[rows]])]
+        value[k, ok] = speed[k, ok] * ratio[ok]
+
+    best = np.argmax(value, axis=0)  # k*(c): the lowest level among ties
+    col = np.arange(n)
+    keep = np.isfinite(value[best, col])
+    eff = np.where(keep, value[best, col], 0.0)
+    if prune:
+        util = np.where(keep, utility(np.where(keep, eff, 1.0), s.p), -np.inf)
+        keep &= prune_dominated(base.job, base.group, base.num_gpus, util)
+    stay_nodes = {j: c for j, c in base.stay_nodes.items() if np.any(keep & (base.job == j) & base.stay)}
+    pick = np.flatnonzero(keep)
+    k_pick = best[pick]
+    return replace(
+        base, job=base.job[pick], group=base.group[pick], num_nodes=base.num_nodes[pick],
+        num_gpus=base.num_gpus[pick], goodput=goodput[k_pick, pick], speedup=speed[k_pick, pick],
+        penalized_speedup=eff[pick], utility=utility(eff[pick], s.p), local_bsz=local[k_pick, pick],
+        accum_steps=accum[k_pick, pick], stay_nodes=stay_nodes, frozen_groups=k_pick, freeze_penalty=spent[k_pick, pick],
+    )
