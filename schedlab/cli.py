@@ -1,4 +1,4 @@
-"""The `schedlab` command: solve | bench | replay | sweep | report."""
+"""The `schedlab` command: solve | bench | replay | sweep | report | calibrate."""
 
 from __future__ import annotations
 
@@ -98,6 +98,52 @@ def _fail(message: str) -> int:
     return 2
 
 
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from schedlab.calibrate.table import AllReduceModel, fit_table, read_table, table_frame, write_table
+
+    if args.fit:
+        try:
+            fits = fit_table(read_table(args.fit))
+        except (OSError, ValueError) as exc:
+            return _fail(f"--fit {args.fit}: {exc}")
+        for f in fits:
+            print(f"{f.model:12s} {f.gpu_type:24s} points {f.points:3d}  step-time RMSLE {f.rmsle:.4f}")
+        if args.json:
+            print(json.dumps({f.model: {"gpu_type": f.gpu_type, "rmsle": f.rmsle, "points": f.points,
+                                        "throughput_params": {f.gpu_type: f.params.__dict__}} for f in fits}))
+        return 0
+    if not args.model or not args.out:
+        return _fail("calibrate needs --model (one or more) and --out, or --fit TABLE.csv")
+    try:
+        from schedlab.calibrate.harness import measure
+        from schedlab.calibrate.zoo import build
+    except ImportError as exc:
+        return _fail(f"calibrate needs PyTorch ({exc.name} missing): pip install 'schedlab[calibrate]'")
+    try:
+        sizes = [int(b) for b in args.batch_sizes.split(",")]
+    except ValueError:
+        return _fail(f"--batch-sizes must be comma-separated integers, got {args.batch_sizes!r}")
+    if args.device.startswith("cuda"):
+        import torch
+        if not torch.cuda.is_available():
+            return _fail("--device cuda: no CUDA device is visible; use --device cpu")
+    measurements = []
+    for name in args.model:
+        try:
+            model = build(name)
+        except KeyError as exc:
+            return _fail(str(exc.args[0]))
+        got = measure(model, sizes, args.device, args.warmup, args.steps, frozen_groups=args.frozen_groups)
+        for m in got:
+            print(f"{m.model:12s} bsz {m.local_bsz:5d} frozen {m.frozen_groups}  step {m.step_time * 1e3:9.2f} ms  "
+                  f"{m.samples_per_s:9.1f} samples/s", file=sys.stderr)
+        measurements += got
+    allreduce = AllReduceModel(args.intra_node_gbps, args.inter_node_gbps, args.latency_us * 1e-6)
+    path = write_table(table_frame(measurements, allreduce), args.out)
+    print(f"wrote {path} ({len(measurements)} measurements)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="schedlab", description="GPU-cluster scheduling rounds as optimization models")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -153,6 +199,22 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--baseline", default=None, help="policy label to compare against (default: the config's)")
     rep.add_argument("--metric", default=None, help="summary metric (default: the config's, mean_jct_s)")
     rep.set_defaults(func=_cmd_report)
+
+    cal = sub.add_parser("calibrate", help="measure models with PyTorch and write a throughput table, or fit one")
+    cal.add_argument("--model", action="append", help="zoo model (repeatable): resnet18, resnet50, bert-base, "
+                     "gpt2-small, ncf, tiny-mlp")
+    cal.add_argument("--batch-sizes", default="1,2,4,8,16,32,64,128", help="local batch sizes, comma-separated")
+    cal.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    cal.add_argument("--warmup", type=int, default=3)
+    cal.add_argument("--steps", type=int, default=10, help="timed steps per batch size (the median is kept)")
+    cal.add_argument("--frozen-groups", action="store_true", help="also time each frozen prefix of layer groups")
+    cal.add_argument("--intra-node-gbps", type=float, default=130.0, help="all-reduce bandwidth inside a node (GB/s)")
+    cal.add_argument("--inter-node-gbps", type=float, default=3.125, help="all-reduce bandwidth across nodes (GB/s)")
+    cal.add_argument("--latency-us", type=float, default=10.0, help="all-reduce latency per ring hop (us)")
+    cal.add_argument("--out", default=None, help="table CSV to write, e.g. data/calibration/NAME.csv")
+    cal.add_argument("--fit", default=None, help="fit Pollux's model to this table and report the RMSLE")
+    cal.add_argument("--json", action="store_true", help="with --fit: one JSON object of fitted throughput_params")
+    cal.set_defaults(func=_cmd_calibrate)
     return parser
 
 

@@ -37,11 +37,12 @@ from threadpoolctl import threadpool_limits
 from schedlab.errors import ConfigError
 from schedlab.models.freezing import DEFAULT_BUDGET, layer_profile
 from schedlab.models.profiles import POLLUX_GPU_TYPE, shipped_profiles
+from schedlab.models.throughput import MeasuredTable
 from schedlab.policies.base import Policy
 from schedlab.replay.jobs import (Freezing, JobAgent, JobState, TraceJob, advance, isolated_time_s, reallocate,
                                   remaining_steps)
 from schedlab.replay.metrics import summarize
-from schedlab.replay.truth import ApplicationTruth, application_truth
+from schedlab.replay.truth import ApplicationTruth, application_truth, calibrated_truth
 from schedlab.state import (Cluster, FreezePenalty, FreezeSpec, GradStats, JobSpec, Node, RoundInput, Settings,
                             ThroughputParams)
 
@@ -65,6 +66,9 @@ class ReplayConfig:
     freeze_budget: float = DEFAULT_BUDGET  # each opted-in job's accuracy-penalty budget
     freeze_penalty: FreezePenalty = FreezePenalty()
     freeze_seed: int = 0  # which jobs opt in
+    # application -> MeasuredTable from a calibration table (calibrate.table.measured_table):
+    # that application's true step times; its gradient statistics stay Pollux's
+    calibration: tuple[tuple[str, MeasuredTable], ...] = ()
 
     def check(self) -> None:
         problems = [f"{k} must be > 0" for k in ("num_nodes", "gpus_per_node", "round_s", "horizon_s")
@@ -183,7 +187,9 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
     model = config.throughput_model or policy.throughput_model
     cluster = make_cluster(config)
     total = config.total_gpus
-    truths = {j.name: application_truth(j.application) for j in jobs}
+    calibrated = dict(config.calibration)
+    truths = {j.name: calibrated_truth(j.application, calibrated[j.application]) if j.application in calibrated
+              else application_truth(j.application) for j in jobs}
     rules = {j.name: _rules(j, truths[j.name], policy, total) for j in jobs}
     agents = {j.name: JobAgent(truths[j.name], adaptive=policy.batch_mode == "adaptive" and rules[j.name].fixed_bsz is None)
               for j in jobs}

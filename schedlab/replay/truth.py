@@ -136,3 +136,10 @@ def application_truth(name: str) -> ApplicationTruth:
     """The shipped measurements of one Pollux application."""
     return ApplicationTruth(name, measured_table(name), validation_tables(name), MAX_EPOCHS[name],
                             MAX_LOCAL_BSZ_OVERRIDE.get(name))
+
+
+@cache
+def calibrated_truth(name: str, table: MeasuredTable) -> ApplicationTruth:
+    """An application whose step and sync times come from a calibration table (schedlab
+    calibrate), with the shipped gradient statistics and epochs of the Pollux application."""
+    return ApplicationTruth(name, table, validation_tables(name), MAX_EPOCHS[name])

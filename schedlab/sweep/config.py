@@ -20,6 +20,9 @@
     gpus_per_node = [4]
     round_s = [60.0]
     model = ["policy"]              # "policy" (its own choice), "online" or "oracle"
+    opt_in = [0.0, 1.0]             # fraction of jobs opting in to layer freezing (seeded)
+    penalty_scale = [1.0]           # x the default frozen-penalty scale (models.freezing)
+    budget = [0.03]                 # each opted-in job's accuracy-penalty budget
 
 A cell is a plain JSON-able dict; its key hashes the cell and the package version, so a
 changed config or a new release never reuses a stale result.
@@ -45,10 +48,11 @@ from schedlab.replay.pal import ORDERS
 SECTIONS = {
     "sweep": {"name", "baseline", "metric", "world"},
     "traces": {"workloads", "sia_philly", "synthetic", "philly", "max_jobs"},
-    "grid": {"policies", "seeds", "load", "nodes", "gpus_per_node", "round_s", "model", "across_node", "order"},
+    "grid": {"policies", "seeds", "load", "nodes", "gpus_per_node", "round_s", "model", "across_node", "order",
+             "opt_in", "penalty_scale", "budget"},
 }
 GRID_DEFAULTS = {"seeds": [0], "load": [1.0], "nodes": [16], "gpus_per_node": [4], "round_s": [60.0],
-                 "model": ["policy"]}
+                 "model": ["policy"], "opt_in": [0.0], "penalty_scale": [1.0], "budget": [0.03]}
 # PAL's world (replay.pal): raw Sia-Philly traces, placement policies, its own axes and defaults.
 PAL_GRID_DEFAULTS = {"seeds": [0], "load": [1.0], "nodes": [16], "gpus_per_node": [4], "round_s": [360.0],
                      "across_node": [1.7], "order": ["fifo"]}
@@ -138,6 +142,8 @@ def parse_sweep(text: str, source: str = "sweep config",
         cell = {**cell, "seed": seed, "load": float(cell["load"]), "round_s": float(cell["round_s"])}
         if world == "pal":
             cell = {**cell, "world": "pal", "across_node": float(cell["across_node"])}
+        else:
+            cell = {**cell, **{k: float(cell[k]) for k in ("opt_in", "penalty_scale", "budget")}}
         cells.append(cell)
     return Sweep(str(head.get("name", Path(source).stem)), baseline, str(head.get("metric", "mean_jct_s")),
                  tuple(cells), text)
@@ -228,11 +234,15 @@ def _check_axes(axes: dict[str, list[Any]], where: _Where) -> None:
     for key in ("seeds", "nodes", "gpus_per_node"):
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= (0 if key == "seeds" else 1) for v in axes[key]):
             raise where.error(key, f"grid.{key} must hold integers >= {0 if key == 'seeds' else 1}")
-    for key in ("load", "round_s", "across_node"):
+    for key in ("load", "round_s", "across_node", "penalty_scale"):
         if key not in axes:
             continue
         if not all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in axes[key]):
             raise where.error(key, f"grid.{key} must hold numbers > 0")
+    for key, hi in (("opt_in", 1.0), ("budget", 1.0)):
+        if key in axes and not all(isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= hi
+                                   for v in axes[key]):
+            raise where.error(key, f"grid.{key} must hold numbers in [0, {hi:g}]")
     if not all(m in MODELS for m in axes.get("model", [])):
         raise where.error("model", f"grid.model must be among {MODELS}")
     if not all(o in ORDERS for o in axes.get("order", [])):

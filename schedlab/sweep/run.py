@@ -29,6 +29,7 @@ from schedlab.errors import ConfigError
 from schedlab.policies import POLICIES, make_policy
 from schedlab.replay.engine import ReplayConfig, replay
 from schedlab.replay.pal import PalConfig, pal_replay
+from schedlab.state import FreezePenalty
 from schedlab.sweep.config import Sweep, cell_key, trace_label
 from schedlab.traces import (load_sia_philly, load_workload, philly_workload, synthetic_workload, trace_jobs,
                              workload_from_sia_philly)
@@ -88,7 +89,9 @@ def execute(cell: dict[str, Any]) -> dict[str, Any]:
 
 def _pollux_replay(cell: dict[str, Any]):
     config = ReplayConfig(num_nodes=cell["nodes"], gpus_per_node=cell["gpus_per_node"], round_s=cell["round_s"],
-                          throughput_model=None if cell["model"] == "policy" else cell["model"])
+                          throughput_model=None if cell["model"] == "policy" else cell["model"],
+                          freeze_opt_in=cell["opt_in"], freeze_budget=cell["budget"], freeze_seed=cell["seed"],
+                          freeze_penalty=FreezePenalty(scale=FreezePenalty().scale * cell["penalty_scale"]))
     return replay(trace_jobs(build_workload(cell)), make_cell_policy(cell), config)
 
 
@@ -230,6 +233,7 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
         rows.append({"trace": trace_label(c["trace"]), "policy": c["policy"]["label"], "seed": c["seed"],
                      "load": c["load"], "cluster": f"{c['nodes']}x{c['gpus_per_node']}", "round_s": c["round_s"],
                      "model": c.get("model"), "across_node": c.get("across_node"), "order": c.get("order"),
+                     "opt_in": c.get("opt_in"), "penalty_scale": c.get("penalty_scale"), "budget": c.get("budget"),
                      **r["summary"], "cpu_s": r["cpu_s"], "key": r["key"]})
     return pd.DataFrame(rows)
 

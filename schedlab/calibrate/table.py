@@ -1,0 +1,110 @@
+"""Calibration tables: written from measurements, fitted to Pollux's model, used as profiles.
+
+A table is a CSV with one row per (model, placement, local batch, frozen groups): the columns
+of Pollux's placements.csv (placement, local_bsz, step_time, sync_time), which the replay's
+MeasuredTable reads, plus model, gpu_type, device, num_nodes, num_replicas, frozen_groups,
+samples_per_s, peak_mem_mb and source. Measured rows have placement "1" (one GPU, no sync).
+Multi-GPU rows, which one GPU cannot measure, come from the ring all-reduce model
+(source "allreduce-model"):
+    sync_s = 2 (r - 1) / r * bytes / bandwidth + 2 (r - 1) * latency
+with the NVLink bandwidth inside a node and the network's across nodes (the slowest link of
+the ring), and step_s = compute_s + sync_s (no overlap: Pollux's gamma fit absorbs overlap
+when real multi-GPU tables are used instead).
+Importing this module does not need torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from schedlab.models.throughput import MeasuredTable, fit_throughput_params, rmsle, step_time_s
+from schedlab.state import ThroughputParams
+
+COLUMNS = ["model", "gpu_type", "device", "placement", "num_nodes", "num_replicas", "local_bsz", "frozen_groups",
+           "step_time", "sync_time", "samples_per_s", "peak_mem_mb", "param_bytes", "source"]
+DEFAULT_PLACEMENTS = ("2", "4", "44", "4444", "4" * 8, "4" * 16)
+
+
+@dataclass(frozen=True)
+class AllReduceModel:
+    """Ring all-reduce cost. Defaults: NVLink 2 (V100, ~130 GB/s bus bandwidth per GPU) inside
+    a node, 25 Gbit/s Ethernet (3.125 GB/s) across nodes, 10 us per ring hop."""
+
+    intra_node_gbps: float = 130.0  # GB/s
+    inter_node_gbps: float = 3.125  # GB/s
+    latency_s: float = 10e-6
+
+    def sync_s(self, param_bytes: float, num_nodes: int, num_replicas: int) -> float:
+        if num_replicas <= 1:
+            return 0.0
+        bandwidth = (self.inter_node_gbps if num_nodes > 1 else self.intra_node_gbps) * 1e9
+        r = num_replicas
+        return 2 * (r - 1) / r * param_bytes / bandwidth + 2 * (r - 1) * self.latency_s
+
+
+def table_frame(measurements, allreduce: AllReduceModel = AllReduceModel(),
+                placements: tuple[str, ...] = DEFAULT_PLACEMENTS) -> pd.DataFrame:
+    """Measured rows (placement "1") and all-reduce-model rows for the other placements."""
+    rows = []
+    for m in measurements:
+        base = asdict(m)
+        rows.append({**base, "placement": "1", "num_nodes": 1, "num_replicas": 1, "sync_time": 0.0, "source": "measured"})
+        if m.frozen_groups:
+            continue
+        for placement in placements:
+            nodes, replicas = len(placement), sum(int(c) for c in placement)
+            sync = allreduce.sync_s(m.param_bytes, nodes, replicas)
+            step = m.step_time + sync
+            rows.append({**base, "placement": placement, "num_nodes": nodes, "num_replicas": replicas,
+                         "step_time": step, "sync_time": sync, "samples_per_s": replicas * m.local_bsz / step,
+                         "source": "allreduce-model"})
+    return pd.DataFrame(rows)[COLUMNS]
+
+
+def write_table(frame: pd.DataFrame, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(path, index=False)
+    return path
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    frame = pd.read_csv(path, dtype={"placement": str})
+    missing = set(COLUMNS) - set(frame.columns)
+    if missing:
+        raise ValueError(f"{path}: not a calibration table, missing columns {sorted(missing)}")
+    return frame
+
+
+@dataclass(frozen=True)
+class Fit:
+    model: str
+    gpu_type: str
+    params: ThroughputParams
+    rmsle: float  # step time, over every unfrozen row
+    points: int
+
+
+def fit_table(frame: pd.DataFrame, seed: int = 0) -> list[Fit]:
+    """Pollux's throughput model fitted to each model's unfrozen rows, with its RMSLE."""
+    out = []
+    for (model, gpu), df in frame[frame.frozen_groups == 0].groupby(["model", "gpu_type"], sort=False):
+        args = [df[c].to_numpy(float) for c in ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time")]
+        params = fit_throughput_params(*args, rng=np.random.default_rng(seed))
+        pred = step_time_s(params, args[0], args[1], args[2])
+        out.append(Fit(str(model), str(gpu), params, rmsle(pred, args[3]), len(df)))
+    return out
+
+
+def measured_table(frame: pd.DataFrame, model: str) -> MeasuredTable:
+    """One model's unfrozen rows as the replay's MeasuredTable (its ground-truth step times)."""
+    df = frame[(frame.model == model) & (frame.frozen_groups == 0)]
+    if df.empty:
+        raise ValueError(f"no unfrozen rows for model {model!r}; models: {sorted(set(frame.model))}")
+    placements = df[["placement", "local_bsz", "step_time", "sync_time"]].reset_index(drop=True)
+    scalability = pd.DataFrame(columns=["num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time"])
+    return MeasuredTable(placements, scalability)
