@@ -124,7 +124,8 @@ class JobSpec:
     scales batch linearly from requested_bsz / requested_gpus per GPU), the GPU-seconds the
     job has received so far (least-attained-service), and the optimizer steps it has left at
     its fixed batch, or at its initial batch when none is fixed (remaining-time policies such as
-    Optimus and ONES; None = unknown).
+    Optimus and ONES; None = unknown). `freezing` is set for a job that opts in to layer
+    freezing (formulations.freezing).
     """
 
     id: str

@@ -2,7 +2,8 @@
 
 Two sweeps (experiments/configs/freeze_tradeoff.toml and freeze_sweep.toml, resumable): the 8
 Pollux workloads with every job opting in (3 % budget, default penalty model) under pollux (no
-freezing), static_freeze and icefrog; then workload-6 across penalty strength (x 0.25, 1, 4)
+freezing), static_freeze and icefrog, and tiresias and optimus (no freezing, the schedulers
+IceFrog's headline compares against); then workload-6 across penalty strength (x 0.25, 1, 4)
 and opt-in fraction (25, 50, 100 %). Reports mean JCT, its change against no freezing, the
 penalty spent (mean and max over opted-in jobs) and the jobs that overspent their budget.
 IceFrog's paper: -36 % to -48 % average JCT against state-of-the-art schedulers (48 GPUs).
@@ -73,6 +74,8 @@ def main(argv: list[str] | None = None, configs: Path | None = None) -> int:
         print(json.dumps({
             "mean_jct_change_vs_no_freeze": float(change["icefrog"]),
             "static_change_vs_no_freeze": float(change["static_freeze"]),
+            "icefrog_change_vs": {b: float(change_vs(main_results, baseline=b)["icefrog"])
+                                  for b in ("tiresias", "optimus")},
             "budget_violations": int(main_results.loc[main_results.policy == "icefrog", "budget_violations"].sum()),
             "static_budget_violations": int(main_results.loc[main_results.policy == "static_freeze",
                                                              "budget_violations"].sum()),
