@@ -7,21 +7,19 @@ IceFrog's headline compares against); then workload-6 across penalty strength (x
 and opt-in fraction (25, 50, 100 %). Reports mean JCT, its change against no freezing, the
 penalty spent (mean and max over opted-in jobs) and the jobs that overspent their budget.
 IceFrog's paper: -36 % to -48 % average JCT against state-of-the-art schedulers (48 GPUs).
-Writes results.csv, sweep.csv and table.md to --out.
+Writes results.csv, freeze_sweep.csv and table.md to --out.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 
-from schedlab.sweep import load_sweep, results_frame
+from schedlab.experiments import run_sweep_pair
 
 PUBLISHED_CHANGE = (-0.48, -0.36)
 
@@ -44,21 +42,9 @@ def _table(results: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None, configs: Path | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", type=Path, default=configs, required=configs is None,
-                        help="folder holding freeze_tradeoff.toml and freeze_sweep.toml")
-    parser.add_argument("--workloads", default=None, help="comma-separated Pollux workloads (default: the configs')")
-    parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--out", default="results/freeze_tradeoff")
-    parser.add_argument("--json", action="store_true", help="end with one JSON line")
-    args = parser.parse_args(argv)
-    t0 = time.perf_counter()
-    overrides = {"traces": {"workloads": args.workloads.split(",")}} if args.workloads else {}
-    out = Path(args.out)
-    main_results = results_frame(load_sweep(args.configs / "freeze_tradeoff.toml", overrides), out, args.processes)
-    sweep = results_frame(load_sweep(args.configs / "freeze_sweep.toml", overrides), out / "sweep", args.processes)
-    main_results.to_csv(out / "results.csv", index=False)
-    sweep.to_csv(out / "sweep.csv", index=False)
+    run = run_sweep_pair(__doc__.splitlines()[0], argv, configs, "freeze_tradeoff", "freeze_sweep", "workloads",
+                         "results/freeze_tradeoff")
+    args, main_results, sweep, out, t0 = run.args, run.main, run.second, run.out, run.started_s
 
     table = _table(main_results, [])
     by_trace = main_results.pivot(index="trace", columns="policy", values="mean_jct_s").round(1)

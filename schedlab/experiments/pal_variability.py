@@ -6,14 +6,12 @@ penalty 1.7) under packed_sticky, pm_first, pal and milp (the exact placement, w
 from PAL's greedy, 50 ms per round), then the locality penalty 1.0 -> 3.0 for packed_sticky,
 pm_first and pal. Reduction of
 geomean JCT against Packed-Sticky = 1 - geometric mean over traces of (policy / packed_sticky);
-PAL's paper: pal 43 %, pm_first 40 %. Writes results.csv, locality.csv and table.md to --out.
+PAL's paper: pal 43 %, pm_first 40 %. Writes results.csv, pal_locality.csv and table.md to --out.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -22,7 +20,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import gmean
 
-from schedlab.sweep import load_sweep, results_frame
+from schedlab.experiments import run_sweep_pair
 
 PUBLISHED_REDUCTION = {"pal": 0.43, "pm_first": 0.40}
 
@@ -34,21 +32,9 @@ def reduction_vs(results: pd.DataFrame, baseline: str = "packed_sticky") -> dict
 
 
 def main(argv: list[str] | None = None, configs: Path | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", type=Path, default=configs, required=configs is None,
-                        help="folder holding pal_variability.toml and pal_locality.toml")
-    parser.add_argument("--traces", default=None, help="comma-separated Sia-Philly traces (default: the configs')")
-    parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--out", default="results/pal_variability")
-    parser.add_argument("--json", action="store_true", help="end with one JSON line")
-    args = parser.parse_args(argv)
-    t0 = time.perf_counter()
-    overrides = {"traces": {"sia_philly": args.traces.split(",")}} if args.traces else {}
-    out = Path(args.out)
-    main_results = results_frame(load_sweep(args.configs / "pal_variability.toml", overrides), out, args.processes)
-    sweep = results_frame(load_sweep(args.configs / "pal_locality.toml", overrides), out / "locality", args.processes)
-    main_results.to_csv(out / "results.csv", index=False)
-    sweep.to_csv(out / "locality.csv", index=False)
+    run = run_sweep_pair(__doc__.splitlines()[0], argv, configs, "pal_variability", "pal_locality", "sia_philly",
+                         "results/pal_variability")
+    args, main_results, sweep, out, t0 = run.args, run.main, run.second, run.out, run.started_s
 
     table = main_results.groupby("policy", sort=False).agg(
         geomean_jct_s=("geomean_jct_s", gmean), makespan_s=("makespan_s", "mean"),
