@@ -3,7 +3,7 @@
 Two sweeps (experiments/configs/freeze_tradeoff.toml and freeze_sweep.toml, resumable): the 8
 Pollux workloads with every job opting in (3 % budget, default penalty model) under pollux (no
 freezing), static_freeze and icefrog, and tiresias and optimus (no freezing, the schedulers
-IceFrog's headline compares against); then workload-6 across penalty strength (x 0.25, 1, 4)
+IceFrog's headline compares against); then workload-6 across penalty strength (x 0.25, 0.5, 1)
 and opt-in fraction (25, 50, 100 %). Reports mean JCT, its change against no freezing, the
 penalty spent (mean and max over opted-in jobs) and the jobs that overspent their budget.
 IceFrog's paper: -36 % to -48 % average JCT against state-of-the-art schedulers (48 GPUs).
