@@ -27,14 +27,14 @@ PUBLISHED_CHANGE = (-0.48, -0.36)
 def change_vs(results: pd.DataFrame, baseline: str = "pollux", keys: tuple[str, ...] = ()) -> pd.Series:
     """Relative change of mean JCT (averaged over traces) against the baseline, per policy (and keys)."""
     per = results.groupby(list(keys) + ["policy"]).mean_jct_s.mean()
+    if not keys:
+        return per / per[baseline] - 1
     base = per.xs(baseline, level="policy")
-    if keys:
-        return per / base.reindex(per.index.droplevel("policy")).to_numpy() - 1
-    return per / base - 1
+    return per / base.reindex(per.index.droplevel("policy")).to_numpy() - 1
 
 
 def _table(results: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    table = results.groupby(keys + ["policy"], sort=False).agg(
+    table = results.groupby(keys + ["policy"], sort=bool(keys)).agg(
         mean_jct_s=("mean_jct_s", "mean"), penalty_mean=("penalty_mean", "mean"), penalty_max=("penalty_max", "max"),
         budget_violations=("budget_violations", "sum"), solve_p50_ms=("solve_p50_ms", "median")).round(4)
     table["change_vs_no_freeze"] = change_vs(results, keys=tuple(keys)).reindex(table.index).round(4)
