@@ -39,7 +39,8 @@ def random_round(rng: np.random.Generator, num_gpus: int, num_jobs: int, gpus_pe
             id=f"{prof.name}-{i}", throughput={nodes[0].gpu_type: prof.params}, grad_stats=grad, batch=prof.batch,
             min_gpus=1, max_gpus=max_gpus, current_gpus=current, age_s=float(rng.uniform(0, 4 * 3600)),
             num_restarts=int(rng.integers(0, 4)), application=prof.name,
-            freezing=_random_freezing(rng, prof.name) if rng.random() < freeze_fraction else None,
+            # no draw at all without opt-ins: seeded rounds stay those of earlier releases
+            freezing=_random_freezing(rng, prof.name) if freeze_fraction and rng.random() < freeze_fraction else None,
         ))
     return RoundInput(Cluster(nodes), tuple(jobs), settings or Settings())
 

@@ -61,6 +61,26 @@ def _frozen_variants(jobs: tuple[JobSpec, ...], top: int) -> tuple[JobSpec, ...]
                  for k in range(1, top + 1) for job in jobs)
 
 
+def _per_job(jobs: tuple[JobSpec, ...], top: int, round_s: float):
+    """Per job: allowed levels [lo, hi]; pi_jk; progress this round per unit of goodput,
+    round_s / (M0 N); budget left; and gain_bound_jk = (1 - pi_jk) / min(c_k, s_k). Freezing
+    shrinks every part of the step by at least min(c_k, s_k), so g_ck <= g_c0 / min(c_k, s_k):
+    where gain_bound <= 1 level k is never worth more than level 0, which spends nothing."""
+    lo = np.array([job.freezing.min_frozen if job.freezing else 0 for job in jobs], dtype=int)
+    hi = np.array([job.freezing.top_level if job.freezing else 0 for job in jobs], dtype=int)
+    pi_jk, gain_bound = np.zeros((len(jobs), top + 1)), np.ones((len(jobs), top + 1))
+    per_goodput, budget = np.zeros(len(jobs)), np.full(len(jobs), np.inf)
+    for j, job in enumerate(jobs):
+        if job.freezing:
+            levels = slice(0, hi[j] + 1)
+            pi_jk[j, levels] = level_penalties(job.freezing)[levels]
+            c_k, s_k, _ = level_scales(job.freezing.groups)
+            gain_bound[j, levels] = (1.0 - pi_jk[j, levels]) / np.minimum(c_k, s_k)[levels]
+            per_goodput[j] = round_s / (job.batch.init_bsz * job.freezing.total_steps)
+            budget[j] = job.freezing.budget_left + _BUDGET_TOL
+    return lo, hi, pi_jk, per_goodput, budget, gain_bound
+
+
 def enumerate_freeze_options(round_input: RoundInput, prune: bool = True) -> OptionSet:
     """Every job's options (c, k*(c)) with effective speedup, utility and penalty spent."""
     base = enumerate_options(round_input, prune=False)
@@ -70,17 +90,7 @@ def enumerate_freeze_options(round_input: RoundInput, prune: bool = True) -> Opt
     ratio = np.divide(base.penalized_speedup, base.speedup, out=np.zeros(n), where=base.speedup > 0)  # restart factor
     fair = np.divide(base.goodput, base.speedup, out=np.zeros(n), where=base.speedup > 0)
 
-    # per job: allowed levels [lo, hi], pi_jk, and progress per unit goodput-second
-    lo = np.array([job.freezing.min_frozen if job.freezing else 0 for job in jobs], dtype=int)
-    hi = np.array([job.freezing.top_level if job.freezing else 0 for job in jobs], dtype=int)
-    pi_jk = np.zeros((len(jobs), top + 1))
-    per_goodput = np.zeros(len(jobs))  # round_s / (M0 N): progress this round per unit of goodput
-    budget = np.full(len(jobs), np.inf)
-    for j, job in enumerate(jobs):
-        if job.freezing:
-            pi_jk[j, : hi[j] + 1] = level_penalties(job.freezing)[: hi[j] + 1]
-            per_goodput[j] = s.round_s / (job.batch.init_bsz * job.freezing.total_steps)
-            budget[j] = job.freezing.budget_left + _BUDGET_TOL
+    lo, hi, pi_jk, per_goodput, budget, gain_bound = _per_job(jobs, top, s.round_s)
     jc = base.job
 
     # value[k, c] (-inf where level k is not allowed), speed[k, c] (effective speedup before the
@@ -89,15 +99,9 @@ def enumerate_freeze_options(round_input: RoundInput, prune: bool = True) -> Opt
     speed, spent, goodput = np.zeros((top + 1, n)), np.zeros((top + 1, n)), np.zeros((top + 1, n))
     local, accum = np.zeros((top + 1, n), dtype=int), np.zeros((top + 1, n), dtype=int)
     goodput[0], local[0], accum[0] = base.goodput, base.local_bsz, base.accum_steps
-    # Skip (level, option) pairs level 0 beats for sure: freezing shrinks every part of the step
-    # by at least m_jk = min(c_k, s_k), so g_ck <= g_c0 / m_jk, and g_ck >= g_c0; hence k is
-    # dominated if (1 - pi_jk) / m_jk <= 1, or infeasible if pi (1 - pi) g_c0 exceeds the budget.
+    # Skip (level, option) pairs that level 0 beats for sure (see _per_job), or that are over
+    # budget even at the unfrozen goodput (g_ck >= g_c0: freezing never slows a step down).
     # Only where level 0 is allowed (lo = 0); otherwise every allowed level stays.
-    gain_bound = np.ones((len(jobs), top + 1))
-    for j, job in enumerate(jobs):
-        if job.freezing:
-            c_k, s_k, _ = level_scales(job.freezing.groups)
-            gain_bound[j, : hi[j] + 1] = (1.0 - pi_jk[j, : hi[j] + 1]) / np.minimum(c_k, s_k)[: hi[j] + 1]
     rows_of = []
     for k in range(top + 1):
         pi = pi_jk[jc, k]
