@@ -9,7 +9,7 @@ Sets
                       job j ({0} for a job that does not opt in)
 Parameters (for option c of job j and level k in F_j)
     g_ck      goodput with the first k layer groups frozen, at its best batch: Pollux's model
-              with compute scaled by c_k and sync by s_k (models.freezing.frozen_params)
+              with compute scaled by c_k and sync by s_k (models.freezing.scaled_params)
     pi_jk     frozen penalty at the job's progress q_j: pi(phi_k, q_j)
     e_ck      effective speedup  g_ck (1 - pi_jk) / g_j(fair share, unfrozen) x restart factor
     u_ck      U(e_ck), the goodput model's utility (p-mean; max-min uses e_ck)
@@ -43,7 +43,7 @@ from dataclasses import replace
 import numpy as np
 
 from schedlab.formulations.options import OptionSet, enumerate_options, option_best_batch, prune_dominated, utility
-from schedlab.models.freezing import frozen_params, level_penalties, level_scales
+from schedlab.models.freezing import level_penalties, level_scales, scaled_params
 from schedlab.state import JobSpec, RoundInput
 
 _BUDGET_TOL = 1e-12  # floating-point slack on d_ck <= b_j
@@ -56,9 +56,15 @@ def has_freezing(round_input: RoundInput) -> bool:
 def _frozen_variants(jobs: tuple[JobSpec, ...], top: int) -> tuple[JobSpec, ...]:
     """Job j with the first k groups frozen at index (k - 1) * |J| + j, k = 1..top (jobs that
     cannot freeze k groups appear unchanged; their rows are never asked for)."""
-    return tuple(job if job.freezing is None or k > job.freezing.top_level else
-                 replace(job, throughput={t: frozen_params(p, job.freezing.groups, k) for t, p in job.throughput.items()})
-                 for k in range(1, top + 1) for job in jobs)
+    variants = [list(jobs) for _ in range(top)]
+    for j, job in enumerate(jobs):
+        if job.freezing is None:
+            continue
+        c_k, s_k, _ = level_scales(job.freezing.groups)
+        for k in range(1, job.freezing.top_level + 1):
+            variants[k - 1][j] = replace(job, throughput={t: scaled_params(p, float(c_k[k]), float(s_k[k]))
+                                                          for t, p in job.throughput.items()})
+    return tuple(job for level in variants for job in level)
 
 
 def _per_job(jobs: tuple[JobSpec, ...], top: int, round_s: float):

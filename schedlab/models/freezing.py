@@ -27,7 +27,8 @@ all-reduce. In Pollux's model (models.throughput) the compute part scales by
     c_k = (sum_i F_i + sum_{i>k} B_i) / sum_i (F_i + B_i)
 and the sync part by the remaining parameter share
     s_k = sum_{i>k} P_i / sum_i P_i,
-i.e. alpha_c, beta_c scale by c_k and the four sync parameters by s_k (frozen_params).
+i.e. alpha_c, beta_c scale by c_k and the four sync parameters by s_k (scaled_params, with
+c_k and s_k from level_scales).
 
 Penalty (ours). With phi_k = sum_{i<=k} B_i / sum_i B_i the frozen share of backward compute and
 q in [0, 1] the job's training progress, a frozen step is worth 1 - pi of a full one:
@@ -46,7 +47,7 @@ free while 20 % costs 3 % (P grows ~ (speedup)^3). A default budget of 3 % follo
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
@@ -215,13 +216,11 @@ def frozen_fraction(groups: tuple[LayerGroup, ...], frozen: int) -> float:
     return float(level_scales(groups)[2][frozen])
 
 
-def frozen_params(params: ThroughputParams, groups: tuple[LayerGroup, ...], frozen: int) -> ThroughputParams:
-    """Pollux's throughput parameters of the step with the first `frozen` groups frozen."""
-    if frozen == 0:
-        return params
-    c, s = compute_scale(groups, frozen), sync_scale(groups, frozen)
-    return replace(params, alpha_c=params.alpha_c * c, beta_c=params.beta_c * c, alpha_n=params.alpha_n * s,
-                   beta_n=params.beta_n * s, alpha_r=params.alpha_r * s, beta_r=params.beta_r * s)
+def scaled_params(params: ThroughputParams, compute: float, sync: float) -> ThroughputParams:
+    """Compute parameters scaled by `compute` (c_k), the four sync parameters by `sync` (s_k)."""
+    p = params
+    return ThroughputParams(p.alpha_c * compute, p.beta_c * compute, p.alpha_n * sync, p.beta_n * sync,
+                            p.alpha_r * sync, p.beta_r * sync, p.gamma)
 
 
 def frozen_step_sync_s(step_s: float, sync_s: float, groups: tuple[LayerGroup, ...], frozen: int) -> tuple[float, float]:
