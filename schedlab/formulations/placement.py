@@ -29,6 +29,9 @@ Constraints
   x_jk <= min(cap_k, G_j) z_j,t_j(k)     (t_j(k) >= 1)   tiers used
   z_j,t+1 <= z_jt                                          ordered tiers
   sum_n y_jn <= 1 + (|N| - 1) m_j                         spread
+  sum_{k on n} x_jk >= G_j (y_jn - m_j)                    one node unless spread (G_j <= the
+                                                           largest node; valid, and without it
+                                                           the LP spreads a job for ~1/|N| of m)
   p_j >= 1/tau_j0 + sum_t d_jt z_jt - (1/tau_j0)(1 - m_j) p's lower bound (it is penalized)
   x_jk >= cur_jk s_j                                       staying keeps the current GPUs
 What we changed from PAL: PAL places greedily (schedlab.policies.placement.pal_greedy); this
@@ -189,6 +192,11 @@ def build(pi: PlacementInput) -> PlacementModel:
         for t in range(1, len(z)):
             rows.append(({z[t]: 1.0, z[t - 1]: -1.0}, -np.inf, 0.0))
         rows.append(({**{yn: 1.0 for yn in y}, m: -(len(nodes) - 1.0)}, -np.inf, 1.0))
+        if job.num_gpus <= largest_node_gpus:  # one node unless spread
+            for n_idx, yn in enumerate(y):
+                on_node = np.flatnonzero(node_of == n_idx)
+                rows.append(({**{x[k]: 1.0 for k in on_node}, yn: -float(job.num_gpus), m: float(job.num_gpus)},
+                             0.0, np.inf))
         rows.append(({p: 1.0, **{z[t]: -d[t] for t in range(len(z))}, m: -inv0}, 0.0, np.inf))
         current = _current_counts(job, type_of)
         s = -1
