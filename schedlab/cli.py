@@ -169,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("replay", help="replay a workload round by round under a policy")
     rp.add_argument("--workload", required=True, help="Pollux-format CSV, or a shipped name (workload-1..8)")
-    rp.add_argument("--policy", required=True, help="pollux, sia, icefrog, static_freeze, tiresias, optimus, fifo, ones")
+    rp.add_argument("--policy", required=True,
+                    help="a policy of the registry, e.g. pollux, icefrog, tiresias, ones (an unknown name lists all)")
     rp.add_argument("--nodes", type=int, default=16)
     rp.add_argument("--gpus-per-node", type=int, default=4)
     rp.add_argument("--round-s", type=float, default=60.0, help="scheduling interval in seconds")

@@ -285,7 +285,6 @@ def _parse_settings(ck: _Checker, raw: Any) -> Settings:
         time_limit_s=ck.number(raw, "time_limit_s", "settings", d.time_limit_s, positive=True),
         mip_gap=ck.number(raw, "mip_gap", "settings", d.mip_gap, minimum=0.0),
         seed=ck.number(raw, "seed", "settings", d.seed, minimum=0, integer=True),
-        round_s=ck.number(raw, "round_s", "settings", d.round_s, positive=True),
     )
 
 
@@ -293,8 +292,8 @@ def parse_round_input(raw: Any) -> RoundInput:
     """Validate a JSON-like dict and build the RoundInput; InputError lists every problem."""
     ck = _Checker()
     raw = ck.mapping(raw, "round")
-    for key in set(raw) - {"cluster", "jobs", "settings"}:
-        ck.bad(key, "unknown top-level key; expected cluster, jobs, settings")
+    for key in set(raw) - {"cluster", "jobs", "settings", "round_s"}:
+        ck.bad(key, "unknown top-level key; expected cluster, jobs, settings, round_s")
     cluster = _parse_cluster(ck, raw.get("cluster"))
     jobs: list[JobSpec] = []
     first_index: dict[str, int] = {}
@@ -311,9 +310,10 @@ def parse_round_input(raw: Any) -> RoundInput:
         jobs.append(job)
     _check_current_gpus(ck, jobs, cluster)
     settings = _parse_settings(ck, raw.get("settings", {}))
+    round_s = ck.number(raw, "round_s", "round", RoundInput.round_s, positive=True)
     if ck.problems:
         raise InputError(ck.problems)
-    return RoundInput(cluster, tuple(jobs), settings)
+    return RoundInput(cluster, tuple(jobs), settings, round_s)
 
 
 def _fields(obj) -> dict[str, Any]:
@@ -347,7 +347,8 @@ def round_input_to_dict(ri: RoundInput) -> dict[str, Any]:
     settings = _fields(ri.settings)
     if ri.settings.max_min:
         settings["p"] = "-inf"
-    return {"cluster": {"nodes": [_fields(n) for n in ri.cluster.nodes]}, "jobs": jobs, "settings": settings}
+    return {"cluster": {"nodes": [_fields(n) for n in ri.cluster.nodes]}, "jobs": jobs, "settings": settings,
+            "round_s": ri.round_s}
 
 
 def _freezing_to_dict(f: FreezeSpec) -> dict[str, Any]:

@@ -159,8 +159,6 @@ class Settings:
        -inf = max-min). restart_cost_s: Pollux's S in the restart factor
        max(age - S * restarts, 0) / (age + S). unallocated_penalty: lambda, leaving a job
        unallocated is worth lambda times less than its worst option (Sia's 1.1).
-       round_s: the round's length, which turns a freezing job's progress rate into the
-       penalty it spends this round.
     """
 
     p: float = -1.0
@@ -170,7 +168,6 @@ class Settings:
     time_limit_s: float = 10.0
     mip_gap: float = 1e-4
     seed: int = 0
-    round_s: float = 60.0
 
     @property
     def max_min(self) -> bool:
@@ -179,9 +176,13 @@ class Settings:
 
 @dataclass(frozen=True)
 class RoundInput:
+    """One round: the cluster, its jobs, the policy's settings, and the round's length (which
+    turns a freezing job's progress rate into the penalty it spends this round)."""
+
     cluster: Cluster
     jobs: tuple[JobSpec, ...]
     settings: Settings = field(default_factory=Settings)
+    round_s: float = 60.0
 
 
 @dataclass(frozen=True)

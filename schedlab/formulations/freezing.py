@@ -96,7 +96,7 @@ def enumerate_freeze_options(round_input: RoundInput, prune: bool = True) -> Opt
     ratio = np.divide(base.penalized_speedup, base.speedup, out=np.zeros(n), where=base.speedup > 0)  # restart factor
     fair = np.divide(base.goodput, base.speedup, out=np.zeros(n), where=base.speedup > 0)
 
-    lo, hi, pi_jk, per_goodput, budget, gain_bound = _per_job(jobs, top, s.round_s)
+    lo, hi, pi_jk, per_goodput, budget, gain_bound = _per_job(jobs, top, round_input.round_s)
     jc = base.job
 
     # value[k, c] (-inf where level k is not allowed), speed[k, c] (effective speedup before the

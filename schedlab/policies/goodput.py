@@ -41,8 +41,7 @@ class GoodputPolicy:
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
         jobs = tuple(self.prepare(job) for job in round_input.jobs)
-        return solve_round(replace(round_input, jobs=jobs,
-                                   settings=replace(self.settings, round_s=round_input.settings.round_s)))
+        return solve_round(replace(round_input, jobs=jobs, settings=self.settings))
 
     def prepare(self, job: JobSpec) -> JobSpec:
         """The job as this policy's model sees it: opt-ins dropped unless the policy freezes."""

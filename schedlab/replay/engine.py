@@ -43,8 +43,7 @@ from schedlab.replay.jobs import (Freezing, JobAgent, JobState, TraceJob, advanc
                                   remaining_steps)
 from schedlab.replay.metrics import summarize
 from schedlab.replay.truth import ApplicationTruth, application_truth, calibrated_truth
-from schedlab.state import (Cluster, FreezePenalty, FreezeSpec, GradStats, JobSpec, Node, RoundInput, Settings,
-                            ThroughputParams)
+from schedlab.state import Cluster, FreezePenalty, FreezeSpec, GradStats, JobSpec, Node, RoundInput, ThroughputParams
 
 # What a job's model says before it has measured anything: Pollux's initial parameter guess
 # and gradient statistics that make larger batches worth nothing (gain 1).
@@ -195,7 +194,6 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
               for j in jobs}
     states = {j.name: JobState(j) for j in jobs}
     freezing = _opt_ins(jobs, config)
-    settings = Settings(round_s=config.round_s)
     rounds: list[dict] = []
     now = 0.0
     while now < config.horizon_s and not all(s.done for s in states.values()):
@@ -208,7 +206,7 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
         if active:
             ri = RoundInput(cluster, tuple(_job_spec(s, agents[s.job.name], truths[s.job.name], rules[s.job.name],
                                                      model, now, total, freezing.get(s.job.name)) for s in active),
-                            settings)
+                            round_s=config.round_s)
             t0 = time.perf_counter()
             result = policy.schedule(ri)
             log |= {"solve_ms": 1e3 * (time.perf_counter() - t0), "status": result.status,
