@@ -8,7 +8,8 @@ import pytest
 
 from schedlab import topology
 from schedlab.errors import ConfigError
-from schedlab.models.variability import assign_slowdowns, classify, measured_classes, ready_32gpu
+from schedlab.models.variability import (assign_slowdowns, classify, measured_classes, ready_32gpu, sample_measured,
+                                         tiered)
 
 
 @pytest.fixture
@@ -80,3 +81,16 @@ def test_assigning_measured_gpus_is_seeded(cluster):
 def test_ready_table_covers_an_8x4_cluster():
     df = ready_32gpu()
     assert len(df) == 32 and df.node.nunique() == 8 and (df.classA > 0).all()
+
+
+def test_pal_world_gpus_run_at_measured_values_and_policies_see_ordered_tiers(cluster):
+    ids = topology.gpus(cluster)
+    truth = sample_measured(ids, np.random.default_rng(0))
+    assert truth == sample_measured(ids, np.random.default_rng(0))
+    seen = tiered(truth)
+    for c in ("classA", "classB", "classC", "classD"):
+        values = [truth[g][c] for g in ids]
+        tiers = [seen[g][c] for g in ids]
+        assert len(set(tiers)) <= len(set(values))
+        order = np.argsort(values, kind="stable")
+        assert np.all(np.diff(np.array(tiers)[order]) >= -1e-12)  # a slower GPU never looks faster

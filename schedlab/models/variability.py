@@ -11,9 +11,15 @@ slower) is clustered:
 What we changed: PAL's artifact always ends with k = 2 (its selection loop keeps the first k);
 here k is the silhouette's choice, reported per class by `classify`.
 
-Simulated clusters get measured GPUs reproducibly: each GPU of the cluster draws, per class,
-one measured GPU (without replacement while they last) from a seeded numpy Generator. The
-artifact's ready 8 x 4 table (32gpu-variability.csv) is available as is.
+Simulated clusters get measured GPUs reproducibly, from a seeded numpy Generator, in one of two
+ways:
+  - `assign_slowdowns`: each GPU draws, per class, one measured GPU (without replacement while
+    they last) and takes its cluster's factor: truth and what a policy sees are the tiers;
+  - `sample_measured` + `tiered` (PAL's simulator): each GPU draws, per class, one measured GPU
+    (with replacement) and runs at that GPU's slowest run over the median slowest run; a
+    policy sees the tiers of the cluster's own values (`tiered`: the clustering above, run
+    over the simulated GPUs), so an unlucky GPU's tail is truth but not foreseen exactly.
+The artifact's ready 8 x 4 table (32gpu-variability.csv) is available as is.
 """
 
 from __future__ import annotations
@@ -107,6 +113,38 @@ def assign_slowdowns(gpu_ids: list[str], rng: np.random.Generator,
             pick = np.concatenate([pick, rng.permutation(len(factors))])
         for g, i in zip(gpu_ids, pick):
             out[g][name] = float(factors[i])
+    return out
+
+
+@cache
+def _worst_runs() -> dict[str, np.ndarray]:
+    """Per class, each measured GPU's slowest run over the median of those (PAL's simulator)."""
+    folder = data_dir() / "pal"
+    files = json.loads((folder / "profiles.json").read_text())
+    out = {}
+    for name in CLASSES:
+        worst = pd.read_csv(folder / files[name], usecols=["uuid", "perf"]).groupby("uuid").perf.max()
+        out[name] = (worst / worst.median()).to_numpy(float)
+    return out
+
+
+def sample_measured(gpu_ids: list[str], rng: np.random.Generator) -> dict[str, dict[str, float]]:
+    """Per simulated GPU, per class, the worst-run slowdown of a measured GPU drawn with replacement."""
+    out: dict[str, dict[str, float]] = {g: {} for g in gpu_ids}
+    for name, factors in _worst_runs().items():
+        for g, value in zip(gpu_ids, rng.choice(factors, size=len(gpu_ids))):
+            out[g][name] = float(value)
+    return out
+
+
+def tiered(slowdowns: dict[str, dict[str, float]], seed: int = 0) -> dict[str, dict[str, float]]:
+    """What a policy sees of measured slowdowns: per class, `classify` over these GPUs' values."""
+    gpu_ids = list(slowdowns)
+    out: dict[str, dict[str, float]] = {g: {} for g in gpu_ids}
+    for name in slowdowns[gpu_ids[0]]:
+        values = pd.Series([slowdowns[g][name] for g in gpu_ids], index=gpu_ids)
+        for g, factor in classify(values, name, seed).slowdown.items():
+            out[g][name] = float(factor)
     return out
 
 

@@ -1,17 +1,25 @@
-"""PAL's simulated world (Jain et al. SC'24): rigid jobs, per-GPU slowdowns, a locality penalty.
+"""PAL's simulated world (Jain et al. SC'24; the artifact's simulator, github.com/hal-uw/blox-pal).
 
 A job (Sia-Philly trace: job_id, num_gpus, submit_time, duration, model) needs exactly
-num_gpus GPUs and `duration` seconds of work at full speed. Every `round_s` (PAL: 360 s) the
-queue is ordered (fifo: submit time; las: least attained GPU-seconds; srtf: least remaining
-work) and cut at the cluster's capacity (jobs taken in order while they fit); the placement
-policy (policies.placement) gives the chosen jobs concrete GPUs; the others wait (preempted).
-A running job progresses at 1 / (max slowdown of its GPUs for its class x L if it spans
-nodes) seconds of work per second, after `restart_delay_s` whenever its GPU set changed
-(PAL: 0, a job that lands on the same GPUs is not restarted); it completes exactly inside the
-round. GPU slowdowns: each simulated GPU draws measured GPUs per class (models.variability,
-seeded).
-Model -> class (ours, from the architectures): CNNs (resnet50, vgg19, DCGAN, PointNet) -> A
-(ResNet-like), BERT -> B, GPT2 -> C (both BERT-like), others -> D.
+num_gpus GPUs. Every `round_s` (PAL: 360 s) the jobs that arrived by then are ordered (fifo:
+submit time; las: least attained GPU-seconds; srtf: least remaining work) and the queue is
+cut at the cluster's capacity: jobs in order while they fit, stopping at the first that does
+not (PAL's cut; `backfill=True` skips it and goes on). The placement policy
+(policies.placement) gives the chosen jobs concrete GPUs; the others wait (preempted). A running
+job progresses at 1 / (max slowdown of its GPUs for its class x L if it spans nodes) seconds
+of work per second, after `restart_delay_s` whenever its GPU set changed (PAL: 0, a job that
+lands on the same GPUs is not restarted).
+
+The artifact's semantics, each a setting so that its effect can be measured on its own:
+  work="iterations"    `duration` counts iterations; an iteration takes the artifact's measured
+                       time for the model (ITERATION_S); "seconds": `duration` is seconds of work.
+  slowdowns="measured" each simulated GPU runs at a measured GPU's slowest run over the median
+                       (drawn with replacement, seeded) and policies see PAL's tiers of those
+                       (models.variability.tiered); "centroids": truth is the tiers themselves.
+  finish_at_round_end  a job that finishes inside a round is counted done at the round's end
+                       (the artifact records completion at its next round).
+Model -> class as the artifact's trace loader: resnet50 -> A (ResNet-like), BERT, GPT2, DCGAN
+-> B (BERT-like), vgg19 -> C (BERT-like data), PointNet -> D (PageRank-like), others -> A.
 """
 
 from __future__ import annotations
@@ -27,15 +35,19 @@ from scipy.stats import gmean
 
 from schedlab.errors import ConfigError
 from schedlab.formulations.placement import PlacementGpu, PlacementInput, PlacementJob, job_speed
-from schedlab.models.variability import assign_slowdowns
+from schedlab.models.variability import assign_slowdowns, sample_measured, tiered
 from schedlab.policies.placement import EXACT, PLACEMENT_POLICIES
 from schedlab.replay.engine import ReplayResult
 from schedlab.topology import build_cluster, node_of
 from schedlab.topology import gpus as gpus_of
 
 ORDERS = ("fifo", "las", "srtf")
-MODEL_CLASS = {"resnet50": "classA", "vgg19": "classA", "dcgan": "classA", "pointnet": "classA",
-               "bert": "classB", "gpt2": "classC"}
+WORKS = ("iterations", "seconds")
+SLOWDOWNS = ("measured", "centroids")
+MODEL_CLASS = {"resnet50": "classA", "bert": "classB", "gpt2": "classB", "dcgan": "classB", "vgg19": "classC",
+               "pointnet": "classD"}
+ITERATION_S = {"resnet50": 0.17540429367763434, "bert": 0.179, "gpt2": 3.5714, "dcgan": 0.0469266931,
+               "pointnet": 0.28125, "vgg19": 0.300610341}  # the artifact's per-model iteration times
 
 
 @dataclass(frozen=True)
@@ -45,6 +57,10 @@ class PalConfig:
     round_s: float = 360.0
     across_node: float = 1.7
     order: str = "fifo"
+    backfill: bool = False
+    work: str = "iterations"
+    slowdowns: str = "measured"
+    finish_at_round_end: bool = True
     restart_delay_s: float = 0.0
     restart_penalty: float = 0.0  # what the exact placement charges a move (fraction of a round)
     placement_time_limit_s: float = 1.0  # per round, for the exact placements (warm-started from PAL)
@@ -54,12 +70,26 @@ class PalConfig:
     def __post_init__(self):
         if self.order not in ORDERS:
             raise ConfigError(f"order {self.order!r}: use one of {', '.join(ORDERS)}")
+        if self.work not in WORKS:
+            raise ConfigError(f"work {self.work!r}: use one of {', '.join(WORKS)}")
+        if self.slowdowns not in SLOWDOWNS:
+            raise ConfigError(f"slowdowns {self.slowdowns!r}: use one of {', '.join(SLOWDOWNS)}")
         if self.round_s <= 0 or self.across_node < 1 or self.num_nodes < 1 or self.gpus_per_node < 1:
             raise ConfigError("round_s > 0, across_node >= 1, num_nodes and gpus_per_node >= 1")
 
 
 def model_class(model: str) -> str:
-    return MODEL_CLASS.get(model.lower(), "classD")
+    return MODEL_CLASS.get(model.lower(), "classA")
+
+
+def work_s(model: str, duration: float, work: str) -> float:
+    """Seconds of work at full speed: `duration` itself, or that many of the model's iterations."""
+    if work == "seconds":
+        return duration
+    if model.lower() not in ITERATION_S:
+        raise ConfigError(f"model {model!r} has no iteration time in PAL's simulator; use one of "
+                          f"{', '.join(ITERATION_S)} or work='seconds'")
+    return duration * ITERATION_S[model.lower()]
 
 
 def pal_replay(trace: pd.DataFrame, placement: str, config: PalConfig = PalConfig()) -> ReplayResult:
@@ -71,8 +101,13 @@ def pal_replay(trace: pd.DataFrame, placement: str, config: PalConfig = PalConfi
     rng = np.random.default_rng(config.seed)
     graph = build_cluster(config.num_nodes, config.gpus_per_node)
     ids = gpus_of(graph)
-    slowdowns = assign_slowdowns(ids, np.random.default_rng(config.seed))
-    gpus = tuple(PlacementGpu(g, node_of(graph, g), slowdowns[g]) for g in ids)
+    if config.slowdowns == "measured":
+        truth = sample_measured(ids, np.random.default_rng(config.seed))
+        seen = tiered(truth, config.seed)
+    else:
+        truth = seen = assign_slowdowns(ids, np.random.default_rng(config.seed))
+    gpus = tuple(PlacementGpu(g, node_of(graph, g), seen[g]) for g in ids)
+    true_gpus = tuple(PlacementGpu(g, node_of(graph, g), truth[g]) for g in ids)
     too_big = trace[trace.num_gpus > len(ids)]
     if len(too_big):
         raise ConfigError(f"job {too_big.job_id.iloc[0]} needs {too_big.num_gpus.iloc[0]} GPUs, the cluster has "
@@ -81,7 +116,7 @@ def pal_replay(trace: pd.DataFrame, placement: str, config: PalConfig = PalConfi
     n = len(jobs)
     submit = jobs.submit_time.to_numpy(float)
     need = jobs.num_gpus.to_numpy(int)
-    remaining = jobs.duration.to_numpy(float).copy()
+    remaining = np.array([work_s(m, d, config.work) for m, d in zip(jobs.model, jobs.duration)])
     classes = [model_class(m) for m in jobs.model]
     attained = np.zeros(n)
     current: list[tuple[str, ...]] = [() for _ in range(n)]
@@ -99,11 +134,14 @@ def pal_replay(trace: pd.DataFrame, placement: str, config: PalConfig = PalConfi
             if used + need[j] <= len(ids):
                 chosen.append(j)
                 used += need[j]
+            elif not config.backfill:
+                break
         pi = PlacementInput(gpus, tuple(PlacementJob(str(j), int(need[j]), classes[j], current[j]) for j in chosen),
                             config.across_node, config.restart_penalty)
         t0 = time.perf_counter()
         placed = place(pi, rng)
         solve_ms = 1e3 * (time.perf_counter() - t0)
+        true_pi = PlacementInput(true_gpus, pi.jobs, pi.across_node)
         for j in active:
             if j not in chosen:
                 current[j] = ()
@@ -112,10 +150,10 @@ def pal_replay(trace: pd.DataFrame, placement: str, config: PalConfig = PalConfi
             gpu_ids = placed[job.id]
             delay = config.restart_delay_s if set(gpu_ids) != set(current[j]) else 0.0
             current[j] = gpu_ids
-            speed = job_speed(pi, job, gpu_ids)
+            speed = job_speed(true_pi, job, gpu_ids)
             run_s = max(config.round_s - delay, 0.0)
             if remaining[j] <= run_s * speed:
-                busy_s = delay + remaining[j] / speed
+                busy_s = config.round_s if config.finish_at_round_end else delay + remaining[j] / speed
                 finish[j] = now + busy_s
                 remaining[j] = 0.0
                 current[j] = ()
