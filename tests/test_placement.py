@@ -103,3 +103,19 @@ def test_warm_started_exact_placement_under_a_time_limit_is_never_worse_than_its
     greedy = pal_greedy(pi, rng)
     result = solve_placement(pi, time_limit_s=0.05, start=greedy)
     assert result.objective >= placement_objective(pi, greedy) - 1e-9
+
+
+def test_a_solver_out_of_time_before_any_point_answers_with_its_start_flagged():
+    # CP-SAT at a 50 ms limit can stop before its first point (PAL's replay met it); the
+    # warm start is then the answer, flagged as not proven, never an error.
+    rng = np.random.default_rng(3)
+    gpus = tuple(PlacementGpu(f"g{n}/{k}", f"n{n}", {c: float(rng.uniform(0.95, 1.2)) for c in CLASSES})
+                 for n in range(64) for k in range(4))
+    jobs = tuple(PlacementJob(f"j{i}", [1, 2, 4, 8][i % 4], CLASSES[i % 2]) for i in range(60))
+    pi = PlacementInput(gpus, jobs)
+    greedy = pal_greedy(pi, rng)
+    result = solve_placement(pi, "cpsat", time_limit_s=0.001, start=greedy)
+    assert result.status == "time_limit"
+    assert result.placement == {j: tuple(sorted(g)) for j, g in greedy.items()}
+    with pytest.raises(RuntimeError, match="cpsat found no placement"):
+        solve_placement(pi, "cpsat", time_limit_s=0.001)

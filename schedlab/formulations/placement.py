@@ -28,7 +28,7 @@ Constraints
   x_jk <= min(cap_k, G_j) y_j,n(k)                        nodes used
   x_jk <= min(cap_k, G_j) z_j,t_j(k)     (t_j(k) >= 1)   tiers used
   z_j,t+1 <= z_jt                                          ordered tiers
-  sum_n y_jn <= 1 + (|N| - 1) m_j                         spread
+  sum_n y_jn <= 1 + (min(|N|, G_j) - 1) m_j               spread (G_j GPUs span <= G_j nodes)
   sum_{k on n} x_jk >= G_j (y_jn - m_j)                    one node unless spread (G_j <= the
                                                            largest node; valid, and without it
                                                            the LP spreads a job for ~1/|N| of m)
@@ -52,7 +52,7 @@ import scipy.sparse as sp
 
 from schedlab.errors import InputError
 from schedlab.solvers.arrays import MilpArrays
-from schedlab.solvers.outcome import FAILED
+from schedlab.solvers.outcome import FAILED, TIME_LIMIT
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,8 @@ def build(pi: PlacementInput) -> PlacementModel:
                 rows.append(({x[k]: 1.0, z[tier_of[k] - 1]: -big}, -np.inf, 0.0))
         for t in range(1, len(z)):
             rows.append(({z[t]: 1.0, z[t - 1]: -1.0}, -np.inf, 0.0))
-        rows.append(({**{yn: 1.0 for yn in y}, m: -(len(nodes) - 1.0)}, -np.inf, 1.0))
+        spread_max = min(len(nodes), job.num_gpus) - 1.0  # a job of G GPUs spans at most G nodes
+        rows.append(({**{yn: 1.0 for yn in y}, m: -spread_max}, -np.inf, 1.0))
         if job.num_gpus <= largest_node_gpus:  # one node unless spread
             for n_idx, yn in enumerate(y):
                 on_node = np.flatnonzero(node_of == n_idx)
@@ -299,6 +300,11 @@ def solve_placement(pi: PlacementInput, solver: str = "highs", time_limit_s: flo
     run = {"highs": solve_highs, "cpsat": solve_cpsat}[solver]
     outcome = run(model.arrays, time_limit_s, mip_gap)
     if outcome.status == FAILED:
-        raise RuntimeError(f"placement: {solver} found no placement ({outcome.message})")
+        if start is None:
+            raise RuntimeError(f"placement: {solver} found no placement ({outcome.message})")
+        # Out of time before a first point (CP-SAT can be, even with the start as its hint): the
+        # start is a valid placement, so it is the answer, flagged as unproven.
+        placement = {job.id: tuple(sorted(start[job.id])) for job in pi.jobs}
+        return PlacementResult(placement, placement_objective(pi, placement), TIME_LIMIT, build_s, outcome.solve_s)
     placement = decode(pi, model, outcome.values)
     return PlacementResult(placement, placement_objective(pi, placement), outcome.status, build_s, outcome.solve_s)
