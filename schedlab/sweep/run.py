@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import multiprocessing
 import os
 import time
 import traceback
@@ -100,7 +101,8 @@ def _pal_replay(cell: dict[str, Any]):
     trace = _first_jobs_at_load(load_sia_philly(cell["trace"]["name"]), "submit_time", cell)
     params = cell["policy"]["params"]
     config = PalConfig(num_nodes=cell["nodes"], gpus_per_node=cell["gpus_per_node"], round_s=cell["round_s"],
-                       across_node=cell["across_node"], order=cell["order"], seed=cell["seed"],
+                       across_node=cell["across_node"], order=cell["order"], seed=cell["seed"], work=cell["work"],
+                       slowdowns=cell["slowdowns"], backfill=cell["backfill"],
                        placement_time_limit_s=params.get("time_limit_s", PalConfig.placement_time_limit_s))
     return pal_replay(trace, cell["policy"]["name"], config)
 
@@ -155,7 +157,10 @@ def run_sweep(sweep: Sweep, out: str | Path, engine: str = "local", workers: int
 def _local(cells: list[dict], workers: int, address: str | None) -> Iterator[dict]:
     if not cells:
         return
-    with ProcessPoolExecutor(max_workers=min(workers, len(cells))) as pool:
+    # forkserver, not fork: a forked child inherits the parent's thread pools (OpenMP under
+    # scikit-learn's k-means, solver threads) with their locks held, and hangs on its first use.
+    context = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(max_workers=min(workers, len(cells)), mp_context=context) as pool:
         for future in as_completed([pool.submit(execute, c) for c in cells]):
             yield future.result()
 
@@ -233,6 +238,7 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
         rows.append({"trace": trace_label(c["trace"]), "policy": c["policy"]["label"], "seed": c["seed"],
                      "load": c["load"], "cluster": f"{c['nodes']}x{c['gpus_per_node']}", "round_s": c["round_s"],
                      "model": c.get("model"), "across_node": c.get("across_node"), "order": c.get("order"),
+                     "work": c.get("work"), "slowdowns": c.get("slowdowns"), "backfill": c.get("backfill"),
                      "opt_in": c.get("opt_in"), "penalty_scale": c.get("penalty_scale"), "budget": c.get("budget"),
                      **r["summary"], "cpu_s": r["cpu_s"], "key": r["key"]})
     return pd.DataFrame(rows)
