@@ -1,7 +1,8 @@
 """Placement solve time by cluster size: PAL's greedy against the exact placement model.
 
 Random rounds (jobs of 1, 2, 4 or 8 GPUs of the four variability classes, drawn until the next
-one does not fit; measured slowdowns assigned to GPUs, seeded) on clusters of 4-GPU nodes. Per size: PAL
+one does not fit) on clusters of 4-GPU nodes whose GPUs are slowed as in PAL's world
+(replay/pal.py: measured GPUs drawn, seeded, and seen as PAL's tiers over the cluster). Per size: PAL
 greedy's time, the exact model's size, and its build + solve time, status and round objective
 against the greedy it is warm-started from (never below it), for HiGHS or CP-SAT.
 """
@@ -17,13 +18,13 @@ import numpy as np
 
 from schedlab.formulations.placement import (PlacementGpu, PlacementInput, PlacementJob, build, placement_objective,
                                              solve_placement)
-from schedlab.models.variability import CLASSES, assign_slowdowns
+from schedlab.models.variability import CLASSES, sample_measured, tiered
 from schedlab.policies.placement import pal_greedy
 
 
 def full_round(num_gpus: int, rng: np.random.Generator) -> PlacementInput:
     ids = [f"gpu:n{k // 4}/{k % 4}" for k in range(num_gpus)]
-    slowdowns = assign_slowdowns(ids, rng)
+    slowdowns = tiered(sample_measured(ids, rng))
     gpus = tuple(PlacementGpu(i, i.split("/")[0], slowdowns[i]) for i in ids)
     jobs, used = [], 0
     while True:

@@ -43,19 +43,20 @@ from schedlab import __version__
 from schedlab.errors import ConfigError
 from schedlab.policies import POLICIES
 from schedlab.policies.placement import PLACEMENT_POLICIES
-from schedlab.replay.pal import ORDERS
+from schedlab.replay.pal import ORDERS, SLOWDOWNS, WORKS
 
 SECTIONS = {
     "sweep": {"name", "baseline", "metric", "world"},
     "traces": {"workloads", "sia_philly", "synthetic", "philly", "max_jobs"},
     "grid": {"policies", "seeds", "load", "nodes", "gpus_per_node", "round_s", "model", "across_node", "order",
-             "opt_in", "penalty_scale", "budget"},
+             "work", "slowdowns", "backfill", "opt_in", "penalty_scale", "budget"},
 }
 GRID_DEFAULTS = {"seeds": [0], "load": [1.0], "nodes": [16], "gpus_per_node": [4], "round_s": [60.0],
                  "model": ["policy"], "opt_in": [0.0], "penalty_scale": [1.0], "budget": [0.03]}
 # PAL's world (replay.pal): raw Sia-Philly traces, placement policies, its own axes and defaults.
 PAL_GRID_DEFAULTS = {"seeds": [0], "load": [1.0], "nodes": [16], "gpus_per_node": [4], "round_s": [360.0],
-                     "across_node": [1.7], "order": ["fifo"]}
+                     "across_node": [1.7], "order": ["fifo"], "work": ["iterations"], "slowdowns": ["measured"],
+                     "backfill": [False]}
 WORLDS = ("pollux", "pal")
 MODELS = ("policy", "online", "oracle")
 SAMPLER_KEYS = {"synthetic": {"jobs", "jobs_per_hour", "mix"}, "philly": {"jobs", "start_hour", "duration_h"}}
@@ -245,5 +246,8 @@ def _check_axes(axes: dict[str, list[Any]], where: _Where) -> None:
             raise where.error(key, f"grid.{key} must hold numbers in [0, {hi:g}]")
     if not all(m in MODELS for m in axes.get("model", [])):
         raise where.error("model", f"grid.model must be among {MODELS}")
-    if not all(o in ORDERS for o in axes.get("order", [])):
-        raise where.error("order", f"grid.order must be among {ORDERS}")
+    for key, allowed in (("order", ORDERS), ("work", WORKS), ("slowdowns", SLOWDOWNS)):
+        if not all(v in allowed for v in axes.get(key, [])):
+            raise where.error(key, f"grid.{key} must be among {allowed}")
+    if not all(isinstance(v, bool) for v in axes.get("backfill", [])):
+        raise where.error("backfill", "grid.backfill must hold true or false")
