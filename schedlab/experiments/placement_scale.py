@@ -16,16 +16,14 @@ import time
 
 import numpy as np
 
-from schedlab.formulations.placement import (PlacementGpu, PlacementInput, PlacementJob, build, placement_objective,
-                                             solve_placement)
-from schedlab.models.variability import CLASSES, sample_measured, tiered
+from schedlab.formulations.placement import PlacementInput, PlacementJob, build, placement_objective, solve_placement
+from schedlab.models.variability import CLASSES
 from schedlab.policies.placement import pal_greedy
+from schedlab.replay.pal import cluster_gpus
 
 
 def full_round(num_gpus: int, rng: np.random.Generator) -> PlacementInput:
-    ids = [f"gpu:n{k // 4}/{k % 4}" for k in range(num_gpus)]
-    slowdowns = tiered(sample_measured(ids, rng))
-    gpus = tuple(PlacementGpu(i, i.split("/")[0], slowdowns[i]) for i in ids)
+    gpus, _ = cluster_gpus(num_gpus // 4, 4, "measured", rng)
     jobs, used = [], 0
     while True:
         size = int(rng.choice([1, 2, 4, 8]))

@@ -92,6 +92,20 @@ def work_s(model: str, duration: float, work: str) -> float:
     return duration * ITERATION_S[model.lower()]
 
 
+def cluster_gpus(num_nodes: int, gpus_per_node: int, slowdowns: str, rng: np.random.Generator,
+                 kmeans_seed: int = 0) -> tuple[tuple[PlacementGpu, ...], tuple[PlacementGpu, ...]]:
+    """PAL's cluster: its GPUs as the policies see them and as they run (see `slowdowns` above)."""
+    graph = build_cluster(num_nodes, gpus_per_node)
+    ids = gpus_of(graph)
+    if slowdowns == "measured":
+        truth = sample_measured(ids, rng)
+        seen = tiered(truth, kmeans_seed)
+    else:
+        truth = seen = assign_slowdowns(ids, rng)
+    return (tuple(PlacementGpu(g, node_of(graph, g), seen[g]) for g in ids),
+            tuple(PlacementGpu(g, node_of(graph, g), truth[g]) for g in ids))
+
+
 def pal_replay(trace: pd.DataFrame, placement: str, config: PalConfig = PalConfig()) -> ReplayResult:
     if placement not in PLACEMENT_POLICIES:
         raise ConfigError(f"unknown placement {placement!r}; use one of {', '.join(PLACEMENT_POLICIES)}")
@@ -99,15 +113,10 @@ def pal_replay(trace: pd.DataFrame, placement: str, config: PalConfig = PalConfi
     if placement in EXACT:
         place = partial(place, time_limit_s=config.placement_time_limit_s)
     rng = np.random.default_rng(config.seed)
-    graph = build_cluster(config.num_nodes, config.gpus_per_node)
-    ids = gpus_of(graph)
-    if config.slowdowns == "measured":
-        truth = sample_measured(ids, np.random.default_rng(config.seed))
-        seen = tiered(truth, config.seed)
-    else:
-        truth = seen = assign_slowdowns(ids, np.random.default_rng(config.seed))
-    gpus = tuple(PlacementGpu(g, node_of(graph, g), seen[g]) for g in ids)
-    true_gpus = tuple(PlacementGpu(g, node_of(graph, g), truth[g]) for g in ids)
+    gpus, true_gpus = cluster_gpus(config.num_nodes, config.gpus_per_node, config.slowdowns,
+                                   np.random.default_rng(config.seed), config.seed)
+    ids = [g.id for g in gpus]
+    truth_world = PlacementInput(true_gpus, (), config.across_node)  # speeds as the GPUs really run
     too_big = trace[trace.num_gpus > len(ids)]
     if len(too_big):
         raise ConfigError(f"job {too_big.job_id.iloc[0]} needs {too_big.num_gpus.iloc[0]} GPUs, the cluster has "
@@ -141,7 +150,6 @@ def pal_replay(trace: pd.DataFrame, placement: str, config: PalConfig = PalConfi
         t0 = time.perf_counter()
         placed = place(pi, rng)
         solve_ms = 1e3 * (time.perf_counter() - t0)
-        true_pi = PlacementInput(true_gpus, pi.jobs, pi.across_node)
         for j in active:
             if j not in chosen:
                 current[j] = ()
@@ -150,7 +158,7 @@ def pal_replay(trace: pd.DataFrame, placement: str, config: PalConfig = PalConfi
             gpu_ids = placed[job.id]
             delay = config.restart_delay_s if set(gpu_ids) != set(current[j]) else 0.0
             current[j] = gpu_ids
-            speed = job_speed(true_pi, job, gpu_ids)
+            speed = job_speed(truth_world, job, gpu_ids)
             run_s = max(config.round_s - delay, 0.0)
             if remaining[j] <= run_s * speed:
                 busy_s = config.round_s if config.finish_at_round_end else delay + remaining[j] / speed
