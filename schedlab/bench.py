@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import collections
 import time
+from dataclasses import replace
 
 import numpy as np
 
 from schedlab.api import solve_round
+from schedlab.clusters import ClusterSpec, make_cluster
 from schedlab.models.freezing import DEFAULT_BUDGET, layer_profile
 from schedlab.models.profiles import APPLICATIONS, shipped_profiles
 from schedlab.state import Cluster, FreezeSpec, GpuRef, GradStats, JobSpec, Node, RoundInput, Settings
@@ -68,13 +70,23 @@ def _take_first_fit(free: list[list[int]], nodes, gpus: int, gpus_per_node: int)
 
 
 def run_bench(num_gpus: int, num_jobs: int, rounds: int, solver: str = "highs", seed: int = 0,
-              p: float = -1.0, time_limit_s: float = 10.0, freeze_fraction: float = 0.0) -> dict:
-    """Solve `rounds` random rounds; latency percentiles (ms), worst gap and status counts."""
+              p: float = -1.0, time_limit_s: float = 10.0, freeze_fraction: float = 0.0,
+              formulation: str = "goodput", racks: int = 0, variability: str = "none") -> dict:
+    """Solve `rounds` random rounds; latency percentiles (ms), worst gap and status counts.
+
+    With `racks` or `variability` (clusters.VARIABILITY), the rounds run on that cluster (4
+    GPUs per node, uplinks at half the node bandwidth), as a scheduler sees it."""
     rng = np.random.default_rng(seed)
     build, solve, total, gaps, statuses = [], [], [], [], collections.Counter()
+    cluster = None
+    if racks or variability != "none":
+        spec = ClusterSpec(max(num_gpus // 4, 1), 4, racks=racks, uplink_gbps=50.0, variability=variability, seed=seed)
+        cluster = make_cluster(spec)[0]
+    settings = Settings(formulation=formulation, p=p, solver=solver, time_limit_s=time_limit_s)
     for _ in range(rounds):
-        ri = random_round(rng, num_gpus, num_jobs, settings=Settings(p=p, solver=solver, time_limit_s=time_limit_s),
-                          freeze_fraction=freeze_fraction)
+        ri = random_round(rng, num_gpus, num_jobs, settings=settings, freeze_fraction=freeze_fraction)
+        if cluster is not None:
+            ri = replace(ri, cluster=cluster)
         t0 = time.perf_counter()
         res = solve_round(ri)
         total.append(time.perf_counter() - t0)
@@ -84,7 +96,8 @@ def run_bench(num_gpus: int, num_jobs: int, rounds: int, solver: str = "highs", 
         statuses[res.status] += 1
     ms = lambda xs, q: float(np.percentile(xs, q) * 1e3)  # noqa: E731
     return {
-        "gpus": num_gpus, "jobs": num_jobs, "rounds": rounds, "solver": solver, "p": p, "freeze": freeze_fraction,
+        "gpus": num_gpus, "jobs": num_jobs, "rounds": rounds, "solver": solver, "formulation": formulation,
+        "racks": racks, "variability": variability, "p": p, "freeze": freeze_fraction,
         "build_p50_ms": ms(build, 50), "solve_p50_ms": ms(solve, 50),
         "total_p50_ms": ms(total, 50), "total_p95_ms": ms(total, 95), "total_max_ms": ms(total, 100),
         "gap_max": float(max(gaps)), "status_counts": dict(statuses),

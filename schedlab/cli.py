@@ -32,7 +32,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     p = -math.inf if args.p in ("-inf", "max-min") else float(args.p)
     out = run_bench(args.gpus, args.jobs, args.rounds, solver=args.solver, seed=args.seed, p=p,
-                    time_limit_s=args.time_limit, freeze_fraction=args.freeze)
+                    time_limit_s=args.time_limit, freeze_fraction=args.freeze, formulation=args.formulation,
+                    racks=args.racks, variability=args.variability)
     if args.json:
         print(json.dumps(out))
     else:
@@ -164,6 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--time-limit", type=float, default=10.0)
     bench.add_argument("--freeze", type=float, default=0.0, help="fraction of jobs that opt in to layer freezing")
+    bench.add_argument("--formulation", default="goodput", help="the round model: goodput, joint or placement")
+    bench.add_argument("--racks", type=int, default=0, help="spread the nodes over this many racks (0: no topology)")
+    bench.add_argument("--variability", default="none",
+                       help="GPU variability: none, measured (PAL's Longhorn GPUs, seen as tiers) or centroids")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(func=_cmd_bench)
 

@@ -23,16 +23,19 @@ from schedlab.state import (
     JobSpec,
     LayerGroup,
     Node,
+    Rack,
     RoundInput,
     RoundResult,
     Settings,
     ThroughputParams,
+    Topology,
 )
 
 PARAM_NAMES = tuple(ThroughputParams.__dataclass_fields__)
 PENALTY_NAMES = tuple(FreezePenalty.__dataclass_fields__)
 BATCH_NAMES = tuple(BatchLimits.__dataclass_fields__)
 _MAX_MIN = ("-inf", "max-min")
+TOPOLOGY_KEYS = {"racks", "node_gbps", "gpu_gbps", "across_node_factor", "graph"}
 
 
 class _Checker:
@@ -83,8 +86,69 @@ class _Checker:
         return v
 
 
+def _parse_slowdown(ck: _Checker, raw: Any, where: str, gpus: int) -> dict[str, tuple[float, ...]]:
+    """{class: [factor per GPU index]}: one positive factor for each of the node's GPUs."""
+    raw = ck.mapping(raw, where)
+    out = {}
+    for app_class, factors in raw.items():
+        w = f"{where}.{app_class}"
+        if not isinstance(factors, list) or len(factors) != gpus:
+            ck.bad(w, f"must list one factor per GPU ({gpus}), e.g. [1.0, 1.0, 1.3, 1.0]")
+            continue
+        values = [ck.number({"f": f}, "f", w, 1.0, positive=True) for f in factors]
+        out[str(app_class)] = tuple(values)
+    return out
+
+
+def _parse_topology(ck: _Checker, raw: Any, node_ids: list[str]) -> Topology | None:
+    """The compact spec {racks: [{id, nodes, uplink_gbps}], node_gbps, gpu_gbps,
+    across_node_factor}, or {graph: networkx node-link JSON, across_node_factor}."""
+    from schedlab.topology import topology_from_graph
+
+    where = "cluster.topology"
+    raw = ck.mapping(raw, where)
+    for key in set(raw) - TOPOLOGY_KEYS:
+        ck.bad(f"{where}.{key}", f"unknown key; use {', '.join(sorted(TOPOLOGY_KEYS))}")
+    d = Topology()
+    factor = ck.number(raw, "across_node_factor", where, d.across_node_factor, minimum=1.0)
+    if "graph" in raw:
+        if "racks" in raw:
+            ck.bad(where, "give racks or graph, not both")
+        try:
+            return topology_from_graph(raw["graph"], node_ids, factor)
+        except ValueError as exc:
+            ck.bad(f"{where}.graph", str(exc))
+            return None
+    racks, placed = [], {}
+    for i, rr in enumerate(ck.sequence(raw, "racks", where)):
+        w = f"{where}.racks[{i}]"
+        rr = ck.mapping(rr, w)
+        rack_id = rr.get("id", f"r{i}")
+        members = rr.get("nodes")
+        if not isinstance(members, list) or not all(isinstance(n, str) for n in members):
+            ck.bad(f"{w}.nodes", "must be a list of node ids")
+            continue
+        for n in members:
+            if n not in node_ids:
+                ck.bad(f"{w}.nodes", f"node {n!r} is not in cluster.nodes")
+            elif n in placed:
+                ck.bad(f"{w}.nodes", f"node {n!r} is also in rack {placed[n]!r}; a node has one rack")
+            placed[n] = str(rack_id)
+        racks.append(Rack(str(rack_id), tuple(members),
+                          ck.number(rr, "uplink_gbps", w, Rack.uplink_gbps, positive=True)))
+    unplaced = [n for n in node_ids if n not in placed]
+    if racks and unplaced:
+        ck.bad(f"{where}.racks", f"node {unplaced[0]!r} is in no rack; list every node in one rack")
+    if not racks:
+        racks = [Rack("r0", tuple(node_ids))]
+    return Topology(tuple(racks), ck.number(raw, "node_gbps", where, d.node_gbps, positive=True),
+                    ck.number(raw, "gpu_gbps", where, d.gpu_gbps, positive=True), factor)
+
+
 def _parse_cluster(ck: _Checker, raw: Any) -> Cluster:
     raw = ck.mapping(raw, "cluster")
+    for key in set(raw) - {"nodes", "topology"}:
+        ck.bad(f"cluster.{key}", "unknown key; use nodes and topology")
     nodes, seen = [], set()
     for i, rn in enumerate(ck.sequence(raw, "nodes", "cluster")):
         where = f"cluster.nodes[{i}]"
@@ -101,10 +165,12 @@ def _parse_cluster(ck: _Checker, raw: Any) -> Cluster:
         if not isinstance(gpu_type, str):
             ck.bad(f"{where}.gpu_type", f"must be a string, got {gpu_type!r}")
             gpu_type = "default"
-        nodes.append(Node(node_id, gpus, gpu_type))
+        slowdown = _parse_slowdown(ck, rn["slowdown"], f"{where}.slowdown", gpus) if "slowdown" in rn else {}
+        nodes.append(Node(node_id, gpus, gpu_type, slowdown))
     if not nodes and not ck.problems:
         ck.bad("cluster.nodes", "must list at least one node, e.g. [{\"id\": \"n0\", \"gpus\": 4}]")
-    return Cluster(tuple(nodes))
+    topology = _parse_topology(ck, raw["topology"], [n.id for n in nodes]) if "topology" in raw else None
+    return Cluster(tuple(nodes), topology)
 
 
 def _parse_params(ck: _Checker, raw: Any, where: str) -> ThroughputParams | None:
@@ -195,7 +261,15 @@ def _parse_job(ck: _Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | No
         attained_service_gpu_s=ck.number(raw, "attained_service_gpu_s", where, 0.0, minimum=0.0),
         remaining_steps=ck.number(raw, "remaining_steps", where, None, minimum=0.0),
         freezing=_parse_freezing(ck, raw["freezing"], f"{where}.freezing", app) if "freezing" in raw else None,
+        app_class=_parse_app_class(ck, raw.get("app_class"), f"{where}.app_class"),
     )
+
+
+def _parse_app_class(ck: _Checker, raw: Any, where: str) -> str | None:
+    if raw is not None and (not isinstance(raw, str) or not raw):
+        ck.bad(where, f"must be a class name such as \"classA\" (the cluster's slowdown keys), got {raw!r}")
+        return None
+    return raw
 
 
 def _parse_groups(ck: _Checker, raw: Mapping, where: str, app: str | None) -> tuple[LayerGroup, ...]:
@@ -273,11 +347,20 @@ def _parse_settings(ck: _Checker, raw: Any) -> Settings:
     elif isinstance(p, bool) or not isinstance(p, (int, float)) or math.isnan(p):
         ck.bad("settings.p", f"must be a number or \"-inf\" (max-min), got {p!r}")
         p = d.p
+    from schedlab.formulations import FORMULATIONS
+
+    formulation = raw.get("formulation", d.formulation)
+    if not isinstance(formulation, str) or formulation not in FORMULATIONS:
+        ck.bad("settings.formulation", f"unknown formulation {formulation!r}; use one of {', '.join(FORMULATIONS)}")
+        formulation = d.formulation
+    from schedlab.solvers.registry import SOLVERS
+
     solver = raw.get("solver", d.solver)
-    if not isinstance(solver, str) or not solver:
-        ck.bad("settings.solver", f"must be a solver name such as \"highs\" or \"cpsat\", got {solver!r}")
+    if not isinstance(solver, str) or solver not in SOLVERS:
+        ck.bad("settings.solver", f"unknown solver {solver!r}; use one of {', '.join(SOLVERS)}")
         solver = d.solver
     return Settings(
+        formulation=formulation,
         p=float(p),
         restart_cost_s=ck.number(raw, "restart_cost_s", "settings", d.restart_cost_s, minimum=0.0),
         unallocated_penalty=ck.number(raw, "unallocated_penalty", "settings", d.unallocated_penalty, minimum=1.0),
@@ -285,6 +368,7 @@ def _parse_settings(ck: _Checker, raw: Any) -> Settings:
         time_limit_s=ck.number(raw, "time_limit_s", "settings", d.time_limit_s, positive=True),
         mip_gap=ck.number(raw, "mip_gap", "settings", d.mip_gap, minimum=0.0),
         seed=ck.number(raw, "seed", "settings", d.seed, minimum=0, integer=True),
+        tier_tolerance=ck.number(raw, "tier_tolerance", "settings", d.tier_tolerance, minimum=0.0),
     )
 
 
@@ -343,12 +427,28 @@ def round_input_to_dict(ri: RoundInput) -> dict[str, Any]:
             d["attained_service_gpu_s"] = job.attained_service_gpu_s
         if job.freezing is not None:
             d["freezing"] = _freezing_to_dict(job.freezing)
+        if job.app_class is not None:
+            d["app_class"] = job.app_class
         jobs.append(d)
     settings = _fields(ri.settings)
     if ri.settings.max_min:
         settings["p"] = "-inf"
-    return {"cluster": {"nodes": [_fields(n) for n in ri.cluster.nodes]}, "jobs": jobs, "settings": settings,
-            "round_s": ri.round_s}
+    return {"cluster": cluster_to_dict(ri.cluster), "jobs": jobs, "settings": settings, "round_s": ri.round_s}
+
+
+def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
+    nodes = []
+    for n in cluster.nodes:
+        d: dict[str, Any] = {"id": n.id, "gpus": n.gpus, "gpu_type": n.gpu_type}
+        if n.slowdown:
+            d["slowdown"] = {c: list(f) for c, f in n.slowdown.items()}
+        nodes.append(d)
+    out: dict[str, Any] = {"nodes": nodes}
+    t = cluster.topology
+    if t is not None:
+        out["topology"] = {"racks": [{"id": r.id, "nodes": list(r.nodes), "uplink_gbps": r.uplink_gbps} for r in t.racks],
+                           "node_gbps": t.node_gbps, "gpu_gbps": t.gpu_gbps, "across_node_factor": t.across_node_factor}
+    return out
 
 
 def _freezing_to_dict(f: FreezeSpec) -> dict[str, Any]:

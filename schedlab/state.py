@@ -8,23 +8,70 @@ Batch convention (Pollux): a job on `r` GPUs with per-GPU micro-batch `local_bsz
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+# PAL's application classes (models.variability) of the shipped applications: ResNet-like CNNs
+# are class A, BERT-like (and, our choice, the RNN DeepSpeech2) class B, and NCF, memory-bound
+# like PageRank, class D (our choice).
+APP_CLASS = {"cifar10": "classA", "imagenet": "classA", "yolov3": "classA", "bert": "classB",
+             "deepspeech2": "classB", "ncf": "classD"}
+DEFAULT_CLASS = "classA"
 
 
 @dataclass(frozen=True)
 class Node:
+    """A machine: `gpus` GPUs of one type. `slowdown` maps an application class to one factor per
+    GPU index (PAL's measured variability: 1 = typical, 1.3 = 30 % slower); a class it does not
+    list runs at 1 on every GPU."""
+
     id: str
     gpus: int
     gpu_type: str = "default"
+    slowdown: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+
+    def gpu_slowdown(self, gpu: int, app_class: str) -> float:
+        factors = self.slowdown.get(app_class)
+        return float(factors[gpu]) if factors else 1.0
+
+
+@dataclass(frozen=True)
+class Rack:
+    """A switch above some nodes, joined to the spine by an uplink of `uplink_gbps`."""
+
+    id: str
+    nodes: tuple[str, ...]
+    uplink_gbps: float = 200.0
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The network above the nodes (schedlab.topology turns it into a networkx graph).
+
+    node_gbps: each node's link to its rack switch, the bandwidth the throughput models' inter-node
+    sync was fitted at; gpu_gbps: GPU to its node (NVLink/PCIe). across_node_factor: PAL's flat
+    locality penalty, a job spanning nodes runs this many times slower (1 = none)."""
+
+    racks: tuple[Rack, ...] = ()
+    node_gbps: float = 100.0
+    gpu_gbps: float = 300.0
+    across_node_factor: float = 1.0
 
 
 @dataclass(frozen=True)
 class Cluster:
+    """Nodes, and optionally the topology above them (None: one switch, no locality penalty)."""
+
     nodes: tuple[Node, ...]
+    topology: Topology | None = None
 
     @property
     def total_gpus(self) -> int:
         return sum(n.gpus for n in self.nodes)
+
+    @property
+    def has_variability(self) -> bool:
+        return any(n.slowdown for n in self.nodes)
 
 
 @dataclass(frozen=True, order=True)
@@ -125,7 +172,8 @@ class JobSpec:
     job has received so far (least-attained-service), and the optimizer steps it has left at
     its fixed batch, or at its initial batch when none is fixed (remaining-time policies such as
     Optimus and ONES; None = unknown). `freezing` is set for a job that opts in to layer
-    freezing (formulations.freezing).
+    freezing (formulations.freezing). `app_class` names the variability class of its GPUs'
+    slowdown factors (default: from the application, APP_CLASS).
     """
 
     id: str
@@ -145,10 +193,16 @@ class JobSpec:
     attained_service_gpu_s: float = 0.0
     remaining_steps: float | None = None
     freezing: FreezeSpec | None = None
+    app_class: str | None = None
 
     @property
     def running(self) -> bool:
         return bool(self.current_gpus)
+
+    @property
+    def variability_class(self) -> str:
+        """The class whose slowdown factors apply: app_class, else the application's (APP_CLASS)."""
+        return self.app_class or APP_CLASS.get(self.application or "", DEFAULT_CLASS)
 
 
 @dataclass(frozen=True)
@@ -159,8 +213,12 @@ class Settings:
        -inf = max-min). restart_cost_s: Pollux's S in the restart factor
        max(age - S * restarts, 0) / (age + S). unallocated_penalty: lambda, leaving a job
        unallocated is worth lambda times less than its worst option (Sia's 1.1).
+    formulation: the round model, by name (schedlab.formulations.FORMULATIONS): goodput,
+       joint or placement. tier_tolerance: slowdown factors of one class within this relative
+       distance are one tier, valued at its slowest (joint).
     """
 
+    formulation: str = "goodput"
     p: float = -1.0
     restart_cost_s: float = 30.0
     unallocated_penalty: float = 1.1
@@ -168,6 +226,7 @@ class Settings:
     time_limit_s: float = 10.0
     mip_gap: float = 1e-4
     seed: int = 0
+    tier_tolerance: float = 0.05
 
     @property
     def max_min(self) -> bool:

@@ -4,6 +4,9 @@ Vertices are strings with a `kind` attribute: "spine", "rack:R", "node:N" and "g
 of node N); edges carry `bandwidth_gbps`. Per-GPU slowdown factors per application class
 (models.variability) live on the GPU vertices as `slowdown` = {class: factor}.
 
+`cluster_graph` builds the graph of a round's Cluster (state.Topology: racks with uplinks, node
+and GPU links; node ids as given), `topology_from_graph` reads node-link JSON back into it.
+
 The locality of a GPU set is derived from the graph, never tabulated per case: the nodes and
 racks its GPUs hang from, and the bottleneck bandwidth of the tree paths joining them (the
 smallest edge bandwidth on the union of the paths from every GPU to their lowest common
@@ -20,6 +23,7 @@ from pathlib import Path
 import networkx as nx
 
 from schedlab.errors import ConfigError
+from schedlab.state import Cluster, Rack, Topology
 
 NVLINK_GBPS = 300.0  # GPU <-> its node (NVLink/PCIe switch)
 NODE_GBPS = 100.0  # node <-> rack switch (InfiniBand EDR)
@@ -128,3 +132,63 @@ def load(path: str | Path) -> nx.Graph:
     if "spine" not in graph or not gpus(graph):
         raise ConfigError(f"topology {path}: needs a 'spine' vertex and GPU vertices (kind='gpu')")
     return graph
+
+
+def cluster_graph(cluster: Cluster) -> nx.Graph:
+    """The graph of a round's cluster: its racks (one rack for all nodes without a topology),
+    "node:<id>" vertices with their GPUs "gpu:<id>/<index>" (carrying their slowdown factors)."""
+    topo = cluster.topology or Topology(racks=(Rack("r0", tuple(n.id for n in cluster.nodes)),))
+    g = nx.Graph()
+    g.add_node("spine", kind="spine")
+    by_id = {n.id: n for n in cluster.nodes}
+    for rack in topo.racks:
+        g.add_node(f"rack:{rack.id}", kind="rack")
+        g.add_edge("spine", f"rack:{rack.id}", bandwidth_gbps=rack.uplink_gbps)
+        for node_id in rack.nodes:
+            node = by_id[node_id]
+            g.add_node(f"node:{node_id}", kind="node")
+            g.add_edge(f"rack:{rack.id}", f"node:{node_id}", bandwidth_gbps=topo.node_gbps)
+            for k in range(node.gpus):
+                slowdown = {c: f[k] for c, f in node.slowdown.items()}
+                g.add_node(gpu_id(node_id, k), kind="gpu", node=node_id, index=k, slowdown=slowdown)
+                g.add_edge(f"node:{node_id}", gpu_id(node_id, k), bandwidth_gbps=topo.gpu_gbps)
+    return g
+
+
+def topology_from_graph(data: Mapping, node_ids: list[str], across_node_factor: float = 1.0) -> Topology:
+    """The compact topology of a networkx node-link graph whose "node:<id>" vertices are the
+    cluster's nodes, each under one "rack" vertex under the "spine". Per-link bandwidths are
+    kept per rack (its uplink); node and GPU links take the graph's smallest (raises ValueError)."""
+    try:
+        graph = nx.node_link_graph(data, edges="links")
+    except (KeyError, TypeError, nx.NetworkXError) as exc:
+        raise ValueError(f"not a networkx node-link graph ({exc})") from None
+    if "spine" not in graph:
+        raise ValueError("needs a 'spine' vertex")
+    racks: list[Rack] = []
+    node_bw, gpu_bw = [], []
+    for rack in sorted(v for v, kind in graph.nodes(data="kind") if kind == "rack"):
+        if not graph.has_edge("spine", rack):
+            raise ValueError(f"rack {rack!r} is not joined to the spine")
+        members = sorted(v for v in graph.neighbors(rack) if graph.nodes[v].get("kind") == "node")
+        node_bw += [graph.edges[rack, v]["bandwidth_gbps"] for v in members]
+        gpu_bw += [graph.edges[v, u]["bandwidth_gbps"] for v in members for u in graph.neighbors(v)
+                   if graph.nodes[u].get("kind") == "gpu"]
+        racks.append(Rack(rack.removeprefix("rack:"), tuple(v.removeprefix("node:") for v in members),
+                          float(graph.edges["spine", rack]["bandwidth_gbps"])))
+    listed = {n for r in racks for n in r.nodes}
+    missing = [n for n in node_ids if n not in listed]
+    if missing:
+        raise ValueError(f"cluster node {missing[0]!r} has no vertex 'node:{missing[0]}' under a rack")
+    return Topology(tuple(racks), float(min(node_bw, default=Topology.node_gbps)),
+                    float(min(gpu_bw, default=Topology.gpu_gbps)), across_node_factor)
+
+
+def spread_gbps(cluster: Cluster, node_ids: Iterable[str], graph: nx.Graph | None = None) -> float:
+    """Bottleneck bandwidth joining the given nodes (inf for one node), from the cluster's graph."""
+    nodes = sorted(set(node_ids))
+    if len(nodes) <= 1:
+        return float("inf")
+    graph = graph if graph is not None else cluster_graph(cluster)
+    paths = [nx.shortest_path(graph, f"node:{nodes[0]}", f"node:{v}") for v in nodes[1:]]
+    return float(min(graph.edges[e]["bandwidth_gbps"] for p in paths for e in zip(p, p[1:])))

@@ -14,7 +14,7 @@ from schedlab import solve_round
 from schedlab.bench import random_round
 from schedlab.formulations.goodput import decode
 from schedlab.formulations.options import enumerate_options
-from schedlab.solvers.heuristics import greedy_choice
+from schedlab.formulations.greedy import greedy_choice
 from schedlab.state import Settings
 
 

@@ -52,10 +52,12 @@ import numpy as np
 import pyomo.environ as pyo
 import scipy.sparse as sp
 
-from schedlab.formulations.options import OptionSet
+from schedlab.formulations.freezing import enumerate_freeze_options, has_freezing
+from schedlab.formulations.greedy import greedy_choice
+from schedlab.formulations.options import OptionSet, enumerate_options
 from schedlab.formulations.packing import NodeState
 from schedlab.solvers.arrays import MilpArrays
-from schedlab.state import JobAllocation
+from schedlab.state import JobAllocation, RoundInput
 
 
 @dataclass(frozen=True)
@@ -239,6 +241,7 @@ def build_pyomo(opts: OptionSet) -> pyo.ConcreteModel:
         m.obj = pyo.Objective(expr=max_min_weight(opts) * m.t + p_mean, sense=pyo.maximize)
     else:
         m.obj = pyo.Objective(expr=p_mean, sense=pyo.maximize)
+    m.columns = [m.x[c] for c in m.C] + [m.w[kd] for kd in m.K2L] + ([m.t] if hasattr(m, "t") else [])
     return m
 
 
@@ -287,3 +290,44 @@ def decode(opts: OptionSet, chosen: np.ndarray) -> tuple[JobAllocation, ...]:
             freeze_penalty=float(opts.freeze_penalty[c]) if opts.freeze_penalty is not None else 0.0,
         ))
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class GoodputModel:
+    """The round model above over an OptionSet (formulations.base.RoundModel)."""
+
+    opts: OptionSet
+
+    @property
+    def round_input(self) -> RoundInput:
+        return self.opts.round_input
+
+    def arrays(self) -> MilpArrays:
+        return build_arrays(self.opts)
+
+    def pyomo(self) -> pyo.ConcreteModel:
+        return build_pyomo(self.opts)
+
+    def start(self) -> np.ndarray:
+        return start_point(self.opts)
+
+    def chosen(self, values: np.ndarray) -> np.ndarray:
+        return np.asarray(values[: self.opts.num_options]) > 0.5
+
+    def decode(self, values: np.ndarray) -> tuple[JobAllocation, ...]:
+        return decode(self.opts, self.chosen(values))
+
+    def objective(self, values: np.ndarray) -> float:
+        return objective_value(self.opts, self.chosen(values))
+
+    def fallback(self) -> np.ndarray:
+        """x from the greedy (formulations.greedy); w and t are not needed to decode."""
+        values = np.zeros(self.opts.num_options)
+        values[greedy_choice(self.opts)] = 1.0
+        return values
+
+
+def goodput_model(round_input: RoundInput) -> GoodputModel:
+    """The goodput round, with freeze levels folded in when a job opts in to freezing."""
+    opts = enumerate_freeze_options(round_input) if has_freezing(round_input) else enumerate_options(round_input)
+    return GoodputModel(opts)

@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from schedlab.models.efficiency import best_batch
 from schedlab.state import BatchLimits, GradStats, JobSpec, RoundInput, Settings, ThroughputParams
@@ -215,16 +216,15 @@ def prune_dominated(job: np.ndarray, group: np.ndarray, num_gpus: np.ndarray, va
     (group -1) hold specific GPUs and are always kept. Removing dominated options cannot
     change the optimum (any solution using one stays feasible and no worse with the smaller).
     """
+    if not len(job):
+        return np.ones(0, dtype=bool)
     order = np.lexsort((num_gpus, group, job))
+    v = np.asarray(value, dtype=float)[order]
+    segment = np.r_[0, np.cumsum((np.diff(job[order]) != 0) | (np.diff(group[order]) != 0))]
+    # best of the smaller shapes before each option in its (job, group): a per-segment running max
+    best = pd.Series(v).groupby(segment).cummax().groupby(segment).shift(fill_value=-np.inf).to_numpy()
     keep = np.ones(len(job), dtype=bool)
-    best, prev = -np.inf, None
-    for c in order:
-        key = (job[c], group[c])
-        if key != prev:
-            best, prev = -np.inf, key
-        if group[c] >= 0:
-            keep[c] = value[c] > best
-            best = max(best, value[c])
+    keep[order] = (group[order] < 0) | (v > best)
     return keep
 
 

@@ -1,7 +1,8 @@
 """Solve a Pyomo model: HiGHS through Pyomo's APPSI interface, or any Pyomo solver by name.
 
 The Pyomo model is the readable reference and the route to every solver Pyomo knows (CBC,
-GLPK, SCIP, Gurobi, ...). `values` in the outcome holds the model's `x` variables in order.
+GLPK, SCIP, Gurobi, ...). `values` in the outcome holds `model.columns` in order: the point in
+the layout of the model's arrays (formulations.base).
 """
 
 from __future__ import annotations
@@ -24,27 +25,19 @@ _GAP_OPTION = {"cbc": "ratioGap", "glpk": "mipgap", "scip": "limits/gap", "gurob
                "cplex": "mip_tolerances_mipgap", "gurobi_direct": "MIPGap"}
 
 
-def _x_values(model: pyo.ConcreteModel) -> np.ndarray:
-    return np.array([pyo.value(model.x[c], exception=False) or 0.0 for c in model.C])
+def _column_values(model: pyo.ConcreteModel) -> np.ndarray:
+    """The point in the array layout: the values of `model.columns` (formulations.base)."""
+    return np.array([pyo.value(v, exception=False) or 0.0 for v in model.columns])
 
 
 def set_start(model: pyo.ConcreteModel, start: np.ndarray) -> None:
-    """Load a warm-start point given in the array layout (x, then w in model.K2L order, then t)."""
-    n = len(model.C)
-    for c in model.C:
-        model.x[c].set_value(float(start[c]))
-    for i, kd in enumerate(model.K2L):
-        model.w[kd].set_value(float(start[n + i]))
-    if hasattr(model, "t"):
-        model.t.set_value(float(start[-1]))
+    """Load a warm-start point given in the array layout (the order of `model.columns`)."""
+    for v, value in zip(model.columns, start):
+        v.set_value(float(value), skip_validation=True)
 
 
-def solve_pyomo(model: pyo.ConcreteModel, solver: str, time_limit_s: float, mip_gap: float,
-                warm_start: bool = False) -> SolveOutcome:
-    return (_solve_appsi_highs if solver == "highs" else _solve_legacy)(model, solver, time_limit_s, mip_gap, warm_start)
-
-
-def _solve_appsi_highs(model, solver, time_limit_s, mip_gap, warm_start) -> SolveOutcome:
+def solve_appsi_highs(model: pyo.ConcreteModel, time_limit_s: float, mip_gap: float,
+                      warm_start: bool = False) -> SolveOutcome:
     opt = Highs()
     opt.config.time_limit = float(time_limit_s)
     opt.config.mip_gap = float(mip_gap)
@@ -58,11 +51,12 @@ def _solve_appsi_highs(model, solver, time_limit_s, mip_gap, warm_start) -> Solv
         return SolveOutcome(FAILED, None, math.nan, math.nan, solve_s, str(res.termination_condition))
     res.solution_loader.load_vars()
     kind = OPTIMAL if res.termination_condition == TerminationCondition.optimal else TIME_LIMIT
-    return SolveOutcome(kind, _x_values(model), res.best_feasible_objective, res.best_objective_bound, solve_s,
+    return SolveOutcome(kind, _column_values(model), res.best_feasible_objective, res.best_objective_bound, solve_s,
                         str(res.termination_condition))
 
 
-def _solve_legacy(model, solver, time_limit_s, mip_gap, warm_start) -> SolveOutcome:
+def solve_legacy(model: pyo.ConcreteModel, solver: str, time_limit_s: float, mip_gap: float,
+                 warm_start: bool = False) -> SolveOutcome:
     opt = pyo.SolverFactory(solver)
     if opt is None or not opt.available(exception_flag=False):
         raise SolverError(f"solver {solver!r} is not available to Pyomo; install it or use 'highs' or 'cpsat'")
@@ -80,5 +74,5 @@ def _solve_legacy(model, solver, time_limit_s, mip_gap, warm_start) -> SolveOutc
     objective = pyo.value(model.obj)
     optimal = res.solver.termination_condition == pyo.TerminationCondition.optimal
     bound = res.problem.upper_bound if res.problem.upper_bound is not None else math.inf
-    return SolveOutcome(OPTIMAL if optimal else TIME_LIMIT, _x_values(model), objective,
+    return SolveOutcome(OPTIMAL if optimal else TIME_LIMIT, _column_values(model), objective,
                         objective if optimal else float(bound), solve_s, str(res.solver.termination_condition))

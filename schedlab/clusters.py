@@ -1,0 +1,98 @@
+"""Simulated clusters as data: shape, GPU type, racks and PAL's measured GPU variability.
+
+`make_cluster(spec)` gives the cluster twice: as a scheduler sees it (what goes into a round)
+and as it really runs (the replay's truth). Variability, by name (VARIABILITY):
+    none        every GPU runs at 1
+    measured    PAL's simulator: each GPU runs, per class, at a measured Longhorn GPU's slowest
+                run (models.variability.sample_measured); the scheduler sees PAL's k-means tiers
+                of the cluster's own values (models.variability.tiered)
+    centroids   each GPU draws a measured GPU's cluster centroid per class; truth = what is seen
+Racks: `racks` > 0 spreads the nodes evenly over that many racks (nodes_per_rack = ceil), each
+rack's uplink `uplink_gbps`, each node's link `node_gbps`; 0 leaves the topology out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from schedlab.errors import ConfigError
+from schedlab.models.variability import assign_slowdowns, sample_measured, tiered
+from schedlab.state import Cluster, Node, Rack, Topology
+
+Slowdowns = dict[str, dict[str, float]]  # GPU id -> class -> factor
+
+
+def _none(ids: list[str], rng: np.random.Generator, seed: int) -> tuple[Slowdowns, Slowdowns]:
+    return {}, {}
+
+
+def _measured(ids: list[str], rng: np.random.Generator, seed: int) -> tuple[Slowdowns, Slowdowns]:
+    truth = sample_measured(ids, rng)
+    return tiered(truth, seed), truth
+
+
+def _centroids(ids: list[str], rng: np.random.Generator, seed: int) -> tuple[Slowdowns, Slowdowns]:
+    seen = assign_slowdowns(ids, rng)
+    return seen, seen
+
+
+VARIABILITY: dict[str, Callable[[list[str], np.random.Generator, int], tuple[Slowdowns, Slowdowns]]] = {
+    "none": _none, "measured": _measured, "centroids": _centroids,
+}
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    num_nodes: int = 16
+    gpus_per_node: int = 4
+    gpu_type: str = "default"
+    racks: int = 0
+    node_gbps: float = 100.0
+    uplink_gbps: float = 100.0
+    across_node_factor: float = 1.0
+    variability: str = "none"
+    seed: int = 0  # the measured GPUs drawn, and PAL's k-means
+
+    def __post_init__(self):
+        problems = [f"{k} must be >= 1" for k in ("num_nodes", "gpus_per_node") if getattr(self, k) < 1]
+        if self.racks < 0:
+            problems.append("racks must be >= 0 (0: no topology)")
+        if self.variability not in VARIABILITY:
+            problems.append(f"variability {self.variability!r}: use one of {', '.join(VARIABILITY)}")
+        if self.across_node_factor < 1 or self.node_gbps <= 0 or self.uplink_gbps <= 0:
+            problems.append("across_node_factor >= 1, node_gbps and uplink_gbps > 0")
+        if problems:
+            raise ConfigError("cluster: " + "; ".join(problems))
+
+
+def _node_slowdown(slowdowns: Slowdowns, ids: list[str]) -> dict[str, tuple[float, ...]]:
+    if not slowdowns:
+        return {}
+    classes = slowdowns[ids[0]]
+    return {c: tuple(slowdowns[g][c] for g in ids) for c in classes}
+
+
+def make_cluster(spec: ClusterSpec) -> tuple[Cluster, Cluster]:
+    """(the cluster as a scheduler sees it, the cluster as it runs); node ids n0, n1, ..."""
+    names = [f"n{k}" for k in range(spec.num_nodes)]
+    ids = [f"gpu:{k}/{i}" for k in range(spec.num_nodes) for i in range(spec.gpus_per_node)]
+    seen, truth = VARIABILITY[spec.variability](ids, np.random.default_rng(spec.seed), spec.seed)
+    topology = None
+    if spec.racks or spec.across_node_factor != 1.0:
+        per_rack = math.ceil(spec.num_nodes / max(spec.racks, 1))
+        racks = tuple(Rack(f"r{r}", tuple(names[r * per_rack:(r + 1) * per_rack]), spec.uplink_gbps)
+                      for r in range(math.ceil(spec.num_nodes / per_rack)))
+        topology = Topology(racks, spec.node_gbps, across_node_factor=spec.across_node_factor)
+
+    def cluster(slowdowns: Slowdowns) -> Cluster:
+        g = spec.gpus_per_node
+        nodes = tuple(Node(name, g, spec.gpu_type, _node_slowdown(slowdowns, ids[k * g:(k + 1) * g]))
+                      for k, name in enumerate(names))
+        return Cluster(nodes, topology)
+
+    return cluster(seen), cluster(truth)
+

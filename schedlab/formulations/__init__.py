@@ -1,0 +1,23 @@
+"""Round formulations, one registry: a name -> a function from a RoundInput to its RoundModel.
+
+    goodput    Pollux's goodput with p-mean fairness as Sia's configuration MILP (goodput.py;
+               freeze levels folded in when a job opts in, freezing.py)
+    joint      goodput with every GPU's variability tier and the topology's spread priced in
+               (joint.py)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from schedlab.formulations.base import RoundModel
+from schedlab.formulations.goodput import goodput_model
+from schedlab.formulations.joint import joint_model
+from schedlab.state import RoundInput
+
+FORMULATIONS: dict[str, Callable[[RoundInput], RoundModel]] = {
+    "goodput": goodput_model,
+    "joint": joint_model,
+}
+
+__all__ = ["FORMULATIONS", "RoundModel"]

@@ -1,0 +1,819 @@
+r"""The joint round: Pollux's goodput with every GPU's variability tier and the topology's spread.
+
+Follows goodput.py (Pollux's goodput and p-mean fairness as Sia's configuration MILP) and PAL
+(Jain et al. SC'24: a data-parallel job runs at the speed of its slowest GPU, per-GPU slowdown
+factors per application class, grouped into tiers). What we changed, and ours: a GPU's factor
+scales the compute part of Pollux's step (alpha_c, beta_c) and not its sync; a spread's inter-node
+sync (alpha_n, beta_n) scales with B_ref / B, B the bottleneck bandwidth of the links joining its
+nodes in the topology graph (schedlab.topology) and B_ref the node link bandwidth the model was
+fitted at; a job spanning nodes runs `across_node_factor` times slower (PAL's flat penalty, 1
+unless the topology sets it). Factors of one class within `tier_tolerance` (relative) of a tier's
+smallest are one tier, valued at the tier's largest: predictions are never optimistic.
+
+Sets
+    J             jobs, a_j the variability class of job j;  S the GPU signatures: a GPU's tier
+                  in every class in play
+    H             homogeneous node groups: nodes of one GPU type, size G_g, rack and signature
+                  (every GPU of the node alike); K_g its nodes; L_g = chain_levels(G_g)
+    X             heterogeneous nodes (GPUs of several signatures), each alone; Sl_k its slices
+                  (its GPUs of one signature), n_ks GPUs in slice s
+    W = H u X     pools of whole nodes; |K_w| nodes, worst factor tau_wa over its GPUs
+    C_j           options of job j:
+                  single(g, d)     d in L_g GPUs on one node of g in H
+                  comp(k, m)       m_s GPUs of each slice s of k in X, sum_s m_s in L_k
+                  multi(n, t, R)   n >= 2 whole nodes of one GPU type and size, from the pools
+                                   E_c = {w: tau_w,a_j <= t, rack(w) in R}, R one rack or all
+                  stay             a running job keeps exactly its GPUs
+Parameters
+    tau_c     worst factor of option c's GPUs for a_j (single: the group's; comp: the worst slice
+              used; multi: t; stay: its GPUs')
+    g_c       goodput at the best batch (models.efficiency.best_batch) with compute x tau_c,
+              inter-node sync x B_ref / B_c, and the whole step x across_node_factor if spread
+    u_c, U0_j, s'_c   utility, unallocated utility, penalized speedup as goodput.py (the fair
+              share valued on a typical GPU: variability shows in the speedups)
+    a_c, z_c  GPUs and GPUs per node of single(g, d) (a_c = z_c = d); n_c of multi;
+    h_kc      GPUs stay option c holds on a homogeneous node k; h_kcs on slice s of k in X
+Variables
+    x_c in {0, 1}       option c is chosen
+    v_jw in Z, >= 0     whole nodes of pool w that job j takes (for its multi option)
+    w_kd in Z, >= 0     goodput.py's free d-slots of a homogeneous node with several stayers
+    t                   max-min only, as goodput.py
+Objective
+    as goodput.py:  maximize  sum_j U0_j + sum_c (u_c - U0_j(c)) x_c   (max-min: + M t)
+Constraints
+    (one)    sum_{c in C_j} x_c <= 1                                                 for j
+    (level)  sum_{c single in g, z_c >= d} (a_c / d) x_c + (G_g / d) sum_j v_jg
+               + sum_{k in K1_g} sum_{c in S_k} ceil(h_kc / d) x_c - sum_{k in K2_g} w_kd
+               <= |K_g \ K2_g| G_g / d                                        for g in H, d in L_g
+    (slots)  d w_kd + sum_{c in S_k} h_kc x_c <= G_g                       for k in K2_g, d in L_g
+    (slice)  sum_{c comp on k} m_cs x_c + sum_{c stay} h_kcs x_c + n_ks sum_j v_jk <= n_ks
+                                                                            for k in X, s in Sl_k
+    (pool)   sum_w v_jw = sum_{c multi of j} n_c x_c                                  for j
+    (elig)   v_jw <= |K_w| sum_{c multi of j, w in E_c} x_c                         for j, w
+    (minspd) as goodput.py (max-min)
+
+Why it is exact. By (one) a job takes at most one option, so (elig) lets v_j. use only the pools
+of its chosen multi option and (pool) makes them n_c whole nodes: the option's value is a lower
+bound of what those nodes give (their worst factor <= t, their racks in R), and the option with
+t and R equal to the realized ones exists, so the optimum over options is the optimum over
+concrete placements of these shapes. A heterogeneous node is one bin whose GPUs of one slice are
+interchangeable: (slice) is exactly its capacity, a whole node taking all of it. A homogeneous
+group is goodput.py's node group, whole nodes being items of size G_g in its chain, so its
+(level) argument holds unchanged. Decoding places stayers, then whole nodes, then single-node
+items largest first (packing.py), then compositions on their slices: it never fails; the
+verifier checks anyway, and a brute-force test over every placement checks the optimum.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyomo.environ as pyo
+import scipy.sparse as sp
+
+from schedlab.formulations.goodput import max_min_weight
+from schedlab.formulations.options import (chain_levels, multi_node_counts, node_groups, prune_dominated,
+                                           restart_factor, unallocated_utility, utility)
+from schedlab.formulations.options import _fair_shape as fair_shape
+from schedlab.formulations.options import _values as field_values
+from schedlab.formulations.packing import NodeState
+from schedlab.models.efficiency import best_batch
+from schedlab.solvers.arrays import MilpArrays
+from schedlab.state import (BatchLimits, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, ThroughputParams,
+                            Topology)
+from schedlab.topology import cluster_graph, spread_gbps
+
+SINGLE, COMP, MULTI, STAY = 0, 1, 2, 3
+
+
+def tiers(values: list[float], tolerance: float) -> dict[float, float]:
+    """Each factor -> its tier's value: sorted factors within `tolerance` (relative) of a tier's
+    smallest join it; a tier is valued at its largest factor."""
+    out: dict[float, float] = {}
+    members: list[float] = []
+    for v in sorted(set(values)):
+        if members and v > members[0] * (1 + tolerance):
+            out.update(dict.fromkeys(members, members[-1]))
+            members = []
+        members.append(v)
+    out.update(dict.fromkeys(members, members[-1] if members else 1.0))
+    return out
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Interchangeable nodes: a homogeneous group (several nodes) or one heterogeneous node."""
+
+    gpu_type: str
+    gpus_per_node: int
+    rack: str
+    nodes: tuple[int, ...]  # cluster indices
+    slices: tuple[tuple[int, ...], ...]  # GPU indices of each signature (one slice if homogeneous)
+    signatures: tuple[tuple[float, ...], ...]  # per slice: the tier of every class in play
+
+    @property
+    def homogeneous(self) -> bool:
+        return len(self.slices) == 1
+
+    @property
+    def levels(self) -> tuple[int, ...]:
+        return chain_levels(self.gpus_per_node)
+
+    def worst(self, cls: int) -> float:
+        return max(sig[cls] for sig in self.signatures)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The round's cluster as the joint model sees it: classes in play, GPU tiers and pools."""
+
+    classes: tuple[str, ...]
+    gpu_tier: dict[tuple[int, int], tuple[float, ...]]  # (node index, GPU) -> signature
+    pools: tuple[Pool, ...]
+    pool_of: dict[int, int]  # node index -> pool
+    rack_of: tuple[str, ...]  # per node index
+    cross_rack_scale: float  # B_ref / B of a spread over racks
+    rack_scale: dict[str, float]  # B_ref / B of a spread within each rack
+    across_node_factor: float
+
+
+def joint_cluster(ri: RoundInput) -> Cluster:
+    nodes, topo = ri.cluster.nodes, ri.cluster.topology or Topology()
+    classes = tuple(sorted({job.variability_class for job in ri.jobs}))
+    tier_of = [tiers([n.gpu_slowdown(k, c) for n in nodes for k in range(n.gpus)], ri.settings.tier_tolerance)
+               for c in classes]
+    gpu_tier = {(i, k): tuple(tier_of[a][n.gpu_slowdown(k, c)] for a, c in enumerate(classes))
+                for i, n in enumerate(nodes) for k in range(n.gpus)}
+    rack_by_node = {n: r.id for r in topo.racks for n in r.nodes}
+    rack_of = tuple(rack_by_node.get(n.id, "r0") for n in nodes)
+    groups: dict[tuple, list[int]] = {}
+    pools: list[Pool] = []
+    for i, n in enumerate(nodes):
+        if n.gpus == 0:
+            continue
+        sigs = sorted({gpu_tier[i, k] for k in range(n.gpus)})
+        slices = tuple(tuple(k for k in range(n.gpus) if gpu_tier[i, k] == s) for s in sigs)
+        if len(sigs) == 1:
+            groups.setdefault((n.gpu_type, n.gpus, rack_of[i], sigs[0]), []).append(i)
+        else:
+            pools.append(Pool(n.gpu_type, n.gpus, rack_of[i], (i,), slices, tuple(sigs)))
+    for (gpu_type, g, rack, sig), members in sorted(groups.items()):
+        pools.append(Pool(gpu_type, g, rack, tuple(members), (tuple(range(g)),), (sig,)))
+    graph = cluster_graph(ri.cluster)
+    ref = topo.node_gbps
+    by_rack: dict[str, list[str]] = {}
+    for i, n in enumerate(nodes):
+        by_rack.setdefault(rack_of[i], []).append(n.id)
+    rack_scale = {r: ref / min(spread_gbps(ri.cluster, ids[:2], graph), ref) if len(ids) > 1 else 1.0
+                  for r, ids in by_rack.items()}
+    firsts = [ids[0] for ids in by_rack.values()]
+    cross = ref / min(spread_gbps(ri.cluster, firsts, graph), ref) if len(firsts) > 1 else 1.0
+    return Cluster(classes, gpu_tier, tuple(pools), {k: p for p, pool in enumerate(pools) for k in pool.nodes},
+                   rack_of, cross, rack_scale, topo.across_node_factor)
+
+
+@dataclass(frozen=True)
+class JointOptions:
+    """Every option of the round (columnar, as formulations.options.OptionSet) and its structure."""
+
+    round_input: RoundInput
+    cluster: Cluster
+    job: np.ndarray
+    kind: np.ndarray
+    pool: np.ndarray
+    num_nodes: np.ndarray
+    num_gpus: np.ndarray
+    comp: tuple[tuple[int, ...], ...]
+    multi: tuple[Multi, ...]  # indexed by pool[c] of multi options
+    goodput: np.ndarray
+    speedup: np.ndarray
+    penalized_speedup: np.ndarray
+    utility: np.ndarray
+    local_bsz: np.ndarray
+    accum_steps: np.ndarray
+    U0: np.ndarray
+    stay_gpus: dict[int, dict[int, tuple[int, ...]]]  # job with a stay option -> node -> GPU indices
+
+    @property
+    def num_options(self) -> int:
+        return len(self.job)
+
+    @property
+    def num_jobs(self) -> int:
+        return len(self.round_input.jobs)
+
+    def stay_option(self, j: int) -> int:
+        return int(np.flatnonzero((self.job == j) & (self.kind == STAY))[0])
+
+
+def compositions(pool: Pool) -> list[tuple[int, ...]]:
+    """Every count vector over a heterogeneous node's slices whose total is a chain size."""
+    sizes = [len(s) for s in pool.slices]
+    levels = set(pool.levels)
+    return [m for m in itertools.product(*(range(n + 1) for n in sizes)) if sum(m) in levels]
+
+
+@dataclass(frozen=True)
+class Multi:
+    """A multi-node option's definition: its eligible pools."""
+
+    pools: tuple[int, ...]
+
+
+@dataclass
+class _Rows:
+    """Options as rows before valuation; `pool` is the pool (single, comp) or definition (multi)."""
+
+    kind: list[int] = field(default_factory=list)
+    pool: list[int] = field(default_factory=list)
+    nodes: list[int] = field(default_factory=list)
+    gpus: list[int] = field(default_factory=list)
+    tau: list[float] = field(default_factory=list)
+    sync_scale: list[float] = field(default_factory=list)
+    gpu_type: list[str] = field(default_factory=list)
+    comp: list[int] = field(default_factory=list)  # index into the pool's compositions (-1: none)
+
+    def add(self, kind, pool, nodes, gpus, tau, sync_scale, gpu_type, comp=-1) -> None:
+        for name, value in zip(("kind", "pool", "nodes", "gpus", "tau", "sync_scale", "gpu_type", "comp"),
+                               (kind, pool, nodes, gpus, tau, sync_scale, gpu_type, comp)):
+            getattr(self, name).append(value)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {k: np.asarray(v) for k, v in self.__dict__.items()}
+
+
+def _class_templates(cl: Cluster, a: int, comps: dict[int, list], multis: list[Multi]) -> dict[str, np.ndarray]:
+    """Every option of a job of class a, before its GPU types and bounds filter them."""
+    rows = _Rows()
+    kinds: dict[tuple[str, int], list[int]] = {}
+    for p, pool in enumerate(cl.pools):
+        kinds.setdefault((pool.gpu_type, pool.gpus_per_node), []).append(p)
+        if pool.homogeneous:
+            for d in pool.levels:
+                rows.add(SINGLE, p, 1, d, pool.signatures[0][a], 1.0, pool.gpu_type)
+            continue
+        for i, m in enumerate(comps[p]):
+            tau = max(sig[a] for sig, count in zip(pool.signatures, m) if count)
+            rows.add(COMP, p, 1, sum(m), tau, 1.0, pool.gpu_type, i)
+    for (gpu_type, g), members in kinds.items():
+        seen: set[tuple[int, ...]] = set()
+        for t in sorted({cl.pools[p].worst(a) for p in members}):
+            eligible = [p for p in members if cl.pools[p].worst(a) <= t]
+            racks = sorted({cl.pools[p].rack for p in eligible})
+            scopes = [([p for p in eligible if cl.pools[p].rack == r], cl.rack_scale[r]) for r in racks]
+            if len(racks) > 1:
+                scopes.append((eligible, cl.cross_rack_scale))
+            for scope, scale in scopes:
+                counts = multi_node_counts(sum(len(cl.pools[p].nodes) for p in scope))
+                if tuple(scope) in seen or not counts:  # the same nodes at a worse tier: dominated
+                    continue
+                seen.add(tuple(scope))
+                for n in counts:
+                    rows.add(MULTI, len(multis), n, n * g, t, scale, gpu_type)
+                multis.append(Multi(tuple(scope)))
+    return rows.arrays()
+
+
+def _stay(job: JobSpec, cl: Cluster, node_index: dict[str, int]) -> tuple[dict, float, float, int]:
+    """Node -> GPU indices a running job holds, its worst tier, sync scale and nodes spanned."""
+    held: dict[int, list[int]] = {}
+    for ref in job.current_gpus:
+        held.setdefault(node_index[ref.node], []).append(ref.gpu)
+    a = cl.classes.index(job.variability_class)
+    tau = max(cl.gpu_tier[k, i][a] for k, gs in held.items() for i in gs)
+    racks = {cl.rack_of[k] for k in held}
+    scale = 1.0 if len(held) == 1 else cl.cross_rack_scale if len(racks) > 1 else cl.rack_scale[next(iter(racks))]
+    return {k: tuple(sorted(gs)) for k, gs in held.items()}, tau, scale, len(held)
+
+
+def _value(jobs: tuple[JobSpec, ...], job: np.ndarray, gpu_type: np.ndarray, nodes: np.ndarray, gpus: np.ndarray,
+           tau: np.ndarray, sync: np.ndarray, across_node_factor: float):
+    """Best batch of every option in one vectorized call, each distinct (job, GPU type, shape,
+    tier, sync scale) valued once, with the parameters scaled as the docstring says."""
+    types = sorted(set(gpu_type.tolist()))
+    type_index = np.searchsorted(types, gpu_type)
+    codes = [np.unique(col, return_inverse=True) for col in (job, type_index, nodes, gpus, tau, sync)]
+    key = np.zeros(len(job), dtype=np.int64)
+    for values, code in codes:  # one mixed-radix integer per row: a 1-D unique is much faster than axis=0
+        key = key * len(values) + code.ravel()
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    uj, ut, un, ur = job[first].astype(int), type_index[first], nodes[first].astype(int), gpus[first].astype(int)
+    utau, usync = tau[first], sync[first]
+    table = np.zeros((len(jobs), len(types), 7))
+    for j, spec in enumerate(jobs):
+        for t, name in enumerate(types):
+            if name in spec.throughput:
+                table[j, t] = field_values(spec.throughput[name])
+    params = table[uj, ut] * np.column_stack([utau, utau, usync, usync, np.ones((len(uj), 3))])
+    params[:, :6] *= np.where(un > 1, across_node_factor, 1.0)[:, None]
+    grad = np.array([field_values(s.grad_stats) for s in jobs]).reshape(-1, 2)[uj]
+    batch = np.array([field_values(s.batch) for s in jobs]).reshape(-1, 4)[uj]
+    fixed = np.array([s.fixed_bsz or 0 for s in jobs])[uj]
+    choice = best_batch(ThroughputParams(*params.T), GradStats(*grad.T), BatchLimits(*batch.T.astype(int)),
+                        un, ur, fixed)
+    inverse = inverse.ravel()
+    return choice.goodput[inverse], choice.local_bsz[inverse], choice.accum_steps[inverse]
+
+
+def _fair_goodput(ri: RoundInput) -> np.ndarray:
+    """Goodput of each job's fair share (goodput.py's), on typical GPUs in one rack."""
+    groups = node_groups(ri)
+    shares = [(j, *fair_shape(job, ri, groups)) for j, job in enumerate(ri.jobs)
+              if any(g.gpu_type in job.throughput for g in groups)]
+    out = np.zeros(len(ri.jobs))
+    if shares:
+        j, t, n, r = (np.array(v) for v in zip(*shares))
+        out[j] = _value(ri.jobs, j, t, n, r, np.ones(len(j)), np.ones(len(j)), 1.0)[0]
+    return out
+
+
+def _undominated(o: dict[str, np.ndarray], util: np.ndarray, comps: dict[int, list], num_jobs: int) -> np.ndarray:
+    """Options that no other option of the same job beats with a subset of its resources:
+    within a pool or multi-node definition a larger shape must be worth more (prune_dominated);
+    on a heterogeneous node a composition must be worth more than every one it contains."""
+    kind, pool, job = o["kind"], o["pool"], o["job"]
+    key = np.where(kind == SINGLE, pool, np.where(kind == MULTI, pool + 1 + pool.max(initial=0), -1))
+    keep = prune_dominated(job, key, o["gpus"], util)
+    for p, comp_list in comps.items():
+        mine = np.flatnonzero((kind == COMP) & (pool == p))
+        if not len(mine):
+            continue
+        M = np.array(comp_list)
+        contains = (M[:, None, :] <= M[None, :, :]).all(axis=2) & ~np.eye(len(M), dtype=bool)  # [i', i]: i' in i
+        value = np.full((num_jobs, len(M)), -np.inf)
+        value[job[mine], o["comp"][mine]] = util[mine]
+        beaten = ((value[:, :, None] >= value[:, None, :]) & contains[None]).any(axis=1)
+        keep[mine] &= ~beaten[job[mine], o["comp"][mine]]
+    return keep
+
+
+def enumerate_joint_options(ri: RoundInput) -> JointOptions:
+    jobs, settings = ri.jobs, ri.settings
+    cl = joint_cluster(ri)
+    node_index = {n.id: k for k, n in enumerate(ri.cluster.nodes)}
+    comps = {p: compositions(pool) for p, pool in enumerate(cl.pools) if not pool.homogeneous}
+    multis: list[Multi] = []
+    templates = [_class_templates(cl, a, comps, multis) for a in range(len(cl.classes))]
+    parts: list[dict[str, np.ndarray]] = []
+    stays = _Rows()
+    stay_job, stay_gpus = [], {}
+    for j, job in enumerate(jobs):
+        T = templates[cl.classes.index(job.variability_class)]
+        ok = np.isin(T["gpu_type"], list(job.throughput)) & (T["gpus"] >= job.min_gpus) & (T["gpus"] <= job.max_gpus)
+        parts.append({k: v[ok] for k, v in T.items()} | {"job": np.full(int(ok.sum()), j)})
+        if job.running and job.min_gpus <= len(job.current_gpus) <= job.max_gpus:
+            held, tau, scale, n = _stay(job, cl, node_index)
+            gpu_type = ri.cluster.nodes[next(iter(held))].gpu_type
+            if gpu_type in job.throughput:
+                stay_gpus[j] = held
+                stay_job.append(j)
+                stays.add(STAY, -1, n, len(job.current_gpus), tau, scale, gpu_type)
+    parts.append(stays.arrays() | {"job": np.asarray(stay_job, dtype=int)})
+    o = {k: np.concatenate([part[k] for part in parts if len(part["job"])] or [np.zeros(0)]) for k in parts[-1]}
+    o["job"], o["kind"], o["pool"] = o["job"].astype(int), o["kind"].astype(int), o["pool"].astype(int)
+    o["nodes"], o["gpus"], o["comp"] = o["nodes"].astype(int), o["gpus"].astype(int), o["comp"].astype(int)
+    job_arr, kind = o["job"], o["kind"]
+    if len(job_arr):
+        goodput, local, accum = _value(jobs, job_arr, o["gpu_type"], o["nodes"], o["gpus"], o["tau"].astype(float),
+                                       o["sync_scale"].astype(float), cl.across_node_factor)
+    else:
+        goodput, local, accum = np.zeros(0), np.zeros(0, int), np.zeros(0, int)
+    fair = _fair_goodput(ri)
+    best = np.zeros(len(jobs))
+    np.maximum.at(best, job_arr, goodput)
+    fair = np.where(fair > 0, fair, best)
+    speedup = np.divide(goodput, fair[job_arr], out=np.zeros_like(goodput), where=fair[job_arr] > 0)
+    factor = np.array([restart_factor(job, settings) if job.running else 1.0 for job in jobs])
+    moves = (kind != STAY) & np.array([jobs[j].running for j in job_arr], dtype=bool)
+    penalized = np.where(moves, speedup * factor[job_arr] if len(job_arr) else speedup, speedup)
+    keep = (goodput > 0) & (penalized > 0)
+    U0 = np.zeros(len(jobs))
+    for j in np.unique(job_arr[keep]):
+        U0[j] = unallocated_utility(float(speedup[keep & (job_arr == j)].min()), settings)
+    util = np.full(len(job_arr), -np.inf)
+    util[keep] = utility(penalized[keep], settings.p)
+    keep &= _undominated(o, util, comps, len(jobs))
+    stay_gpus = {j: g for j, g in stay_gpus.items() if np.any(keep & (job_arr == j) & (kind == STAY))}
+    pick = np.flatnonzero(keep)
+    comp_of = {int(c): comps[o["pool"][c]][o["comp"][c]] for c in pick[kind[pick] == COMP]}
+    comp = tuple(comp_of.get(int(c), ()) for c in pick)
+    return JointOptions(
+        round_input=ri, cluster=cl, job=job_arr[pick], kind=kind[pick], pool=o["pool"][pick],
+        num_nodes=o["nodes"][pick], num_gpus=o["gpus"][pick], comp=comp, multi=tuple(multis),
+        goodput=goodput[pick], speedup=speedup[pick], penalized_speedup=penalized[pick],
+        utility=utility(penalized[pick], settings.p), local_bsz=local[pick], accum_steps=accum[pick], U0=U0,
+        stay_gpus=stay_gpus,
+    )
+
+
+@dataclass(frozen=True)
+class Structure:
+    """Index sets shared by the array and the Pyomo builds (the docstring's sets)."""
+
+    single_stayer: dict[int, tuple[int, int]]  # homogeneous node k in K1 -> (stay option, h_kc)
+    multi_stayer: dict[int, list[tuple[int, int]]]  # homogeneous node k in K2 -> [(c, h_kc)]
+    slice_stayers: dict[tuple[int, int], list[tuple[int, int]]]  # (heterogeneous pool, slice) -> [(c, h)]
+    v_cols: tuple[tuple[int, int], ...]  # (job, pool) of every v, in column order
+    w_cols: tuple[tuple[int, int], ...]  # (node, level) of every w, in column order
+
+
+def structure(opts: JointOptions) -> Structure:
+    cl = opts.cluster
+    holders: dict[int, list[tuple[int, int]]] = {}
+    slice_stayers: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for j, held in opts.stay_gpus.items():
+        c = opts.stay_option(j)
+        for k, gpus in held.items():
+            pool = cl.pools[cl.pool_of[k]]
+            if pool.homogeneous:
+                holders.setdefault(k, []).append((c, len(gpus)))
+            else:
+                for s, members in enumerate(pool.slices):
+                    h = len(set(gpus) & set(members))
+                    if h:
+                        slice_stayers.setdefault((cl.pool_of[k], s), []).append((c, h))
+    multi = np.flatnonzero(opts.kind == MULTI)
+    pairs = {(int(j), p) for j, d in set(zip(opts.job[multi].tolist(), opts.pool[multi].tolist()))
+             for p in opts.multi[d].pools}
+    multi_stayer = {k: hs for k, hs in holders.items() if len(hs) > 1}
+    w_cols = tuple((k, d) for k in sorted(multi_stayer) for d in cl.pools[cl.pool_of[k]].levels)
+    return Structure({k: hs[0] for k, hs in holders.items() if len(hs) == 1}, multi_stayer, slice_stayers,
+                     tuple(sorted(pairs)), w_cols)
+
+
+@dataclass
+class Block:
+    """The rows of one tagged constraint: their index keys, COO entries (row numbers within the
+    block) and bounds."""
+
+    keys: list[tuple] = field(default_factory=list)
+    rows: list[np.ndarray] = field(default_factory=list)
+    cols: list[np.ndarray] = field(default_factory=list)
+    vals: list[np.ndarray] = field(default_factory=list)
+    lo: list[float] = field(default_factory=list)
+    hi: list[float] = field(default_factory=list)
+
+    def add(self, key: tuple, cols, vals, lo: float, hi: float) -> None:
+        cols = np.asarray(cols, dtype=int)
+        self.rows.append(np.full(len(cols), len(self.keys)))
+        self.cols.append(cols)
+        self.vals.append(np.broadcast_to(np.asarray(vals, dtype=float), cols.shape))
+        self.keys.append(key)
+        self.lo.append(lo)
+        self.hi.append(hi)
+
+    def extend(self, keys: list[tuple], rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, lo: float,
+               hi: float) -> None:
+        """Many rows at once: `rows` numbers them 0..len(keys)-1."""
+        self.rows.append(np.asarray(rows, dtype=int) + len(self.keys))
+        self.cols.append(np.asarray(cols, dtype=int))
+        self.vals.append(np.asarray(vals, dtype=float))
+        self.keys += keys
+        self.lo += [lo] * len(keys)
+        self.hi += [hi] * len(keys)
+
+    def coo(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        cat = lambda xs, t: np.concatenate(xs).astype(t) if xs else np.zeros(0, t)  # noqa: E731
+        return cat(self.rows, int), cat(self.cols, int), cat(self.vals, float)
+
+
+def _constraints(opts: JointOptions, st: Structure) -> dict[str, Block]:
+    """Every constraint of the docstring, by tag. Both builds read these blocks, so the arrays
+    and the Pyomo model are the same rows."""
+    cl, n, inf = opts.cluster, opts.num_options, math.inf
+    num_v = len(st.v_cols)
+    v_job = np.array([j for j, _ in st.v_cols], dtype=int)
+    v_pool = np.array([p for _, p in st.v_cols], dtype=int)
+    w_index = {kd: n + num_v + i for i, kd in enumerate(st.w_cols)}
+    out = {tag: Block() for tag in ("one", "level", "slots", "slice", "pool", "elig")}
+    jobs_with = np.unique(opts.job)
+    out["one"].extend([(int(j),) for j in jobs_with], np.searchsorted(jobs_with, opts.job), np.arange(n),
+                      np.ones(n), -inf, 1.0)
+    for p, pool in enumerate(cl.pools):
+        G = pool.gpus_per_node
+        v_here = n + np.flatnonzero(v_pool == p)
+        if pool.homogeneous:
+            k2 = [k for k in pool.nodes if k in st.multi_stayer]
+            k1 = [st.single_stayer[k] for k in pool.nodes if k in st.single_stayer]
+            singles = np.flatnonzero((opts.kind == SINGLE) & (opts.pool == p))
+            for d in pool.levels:
+                big = singles[opts.num_gpus[singles] >= d]
+                cols = np.concatenate([big, v_here, [c for c, _ in k1], [w_index[k, d] for k in k2]])
+                vals = np.concatenate([opts.num_gpus[big] / d, np.full(len(v_here), G / d),
+                                       [math.ceil(h / d) for _, h in k1], -np.ones(len(k2))])
+                out["level"].add((p, d), cols, vals, -inf, (len(pool.nodes) - len(k2)) * G / d)
+            for k in k2:
+                for d in pool.levels:
+                    holders = st.multi_stayer[k]
+                    out["slots"].add((k, d), [w_index[k, d]] + [c for c, _ in holders],
+                                     [float(d)] + [float(h) for _, h in holders], -inf, float(G))
+            continue
+        comps = np.flatnonzero((opts.kind == COMP) & (opts.pool == p))
+        counts = np.array([opts.comp[c] for c in comps]).reshape(len(comps), len(pool.slices))
+        for s, members in enumerate(pool.slices):
+            used = counts[:, s] > 0
+            stayers = st.slice_stayers.get((p, s), [])
+            cols = np.concatenate([comps[used], [c for c, _ in stayers], v_here])
+            vals = np.concatenate([counts[used, s], [h for _, h in stayers], np.full(len(v_here), len(members))])
+            out["slice"].add((p, s), cols, vals, -inf, float(len(members)))
+    multi = np.flatnonzero(opts.kind == MULTI)
+    jobs_v = np.unique(v_job)
+    pool_row = np.searchsorted(jobs_v, v_job)  # (pool) row of each v
+    out["pool"].extend([(int(j),) for j in jobs_v], np.concatenate([pool_row, np.searchsorted(jobs_v, opts.job[multi])]),
+                       np.concatenate([n + np.arange(num_v), multi]),
+                       np.concatenate([np.ones(num_v), -opts.num_nodes[multi]]), 0.0, 0.0)
+    v_of = np.full((opts.num_jobs, len(cl.pools)), -1)  # (elig) row = v column index
+    v_of[v_job, v_pool] = np.arange(num_v)
+    member = np.array([[p in opts.multi[d].pools for p in range(len(cl.pools))] for d in range(len(opts.multi))],
+                      dtype=bool).reshape(len(opts.multi), len(cl.pools))
+    c_idx, p_idx = np.nonzero(member[opts.pool[multi]])
+    size = np.array([len(pool.nodes) for pool in cl.pools], dtype=float)
+    out["elig"].extend([(int(j), int(p)) for j, p in st.v_cols],
+                       np.concatenate([np.arange(num_v), v_of[opts.job[multi[c_idx]], p_idx]]),
+                       np.concatenate([n + np.arange(num_v), multi[c_idx]]),
+                       np.concatenate([np.ones(num_v), -size[p_idx]]), -inf, 0.0)
+    return out
+
+
+def _max_min_upper(opts: JointOptions) -> float:
+    if opts.num_jobs > opts.round_input.cluster.total_gpus:
+        return 0.0
+    return float(opts.penalized_speedup.max(initial=0.0))
+
+
+def _columns(opts: JointOptions, st: Structure) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Objective coefficients, upper bounds and integrality of x, v, w, then t (max-min)."""
+    cl, n = opts.cluster, opts.num_options
+    max_min = opts.round_input.settings.max_min
+    c = np.concatenate([opts.utility - opts.U0[opts.job], np.zeros(len(st.v_cols) + len(st.w_cols))])
+    hi = np.concatenate([np.ones(n), [float(len(cl.pools[p].nodes)) for _, p in st.v_cols],
+                         [cl.pools[cl.pool_of[k]].gpus_per_node // d for k, d in st.w_cols]])
+    integer = np.ones(len(c), dtype=bool)
+    if max_min:
+        c = np.append(c, max_min_weight(opts))
+        hi = np.append(hi, _max_min_upper(opts))
+        integer = np.append(integer, False)
+    return c, hi, integer
+
+
+def _min_speedup(opts: JointOptions, chosen: np.ndarray) -> float:
+    per_job = np.zeros(opts.num_jobs)
+    np.add.at(per_job, opts.job, opts.penalized_speedup * chosen)
+    return float(per_job.min()) if len(per_job) else 0.0
+
+
+def start_point(opts: JointOptions, st: Structure) -> np.ndarray:
+    """Every running job stays (x, then v = 0, then w filled, then t)."""
+    n = opts.num_options
+    v = np.zeros(n + len(st.v_cols) + len(st.w_cols) + opts.round_input.settings.max_min)
+    for j in opts.stay_gpus:
+        v[opts.stay_option(j)] = 1.0
+    for i, (k, d) in enumerate(st.w_cols):
+        G = opts.cluster.pools[opts.cluster.pool_of[k]].gpus_per_node
+        v[n + len(st.v_cols) + i] = (G - sum(h for _, h in st.multi_stayer[k])) // d
+    if opts.round_input.settings.max_min:
+        v[-1] = _min_speedup(opts, v[:n])
+    return v
+
+
+def _minspd(opts: JointOptions, t: int) -> Block:
+    """(minspd): t - sum_{c in C_j} s'_c x_c <= 0 for every job (max-min)."""
+    block = Block()
+    for j in range(opts.num_jobs):
+        mine = np.flatnonzero(opts.job == j)
+        block.add((j,), np.concatenate([[t], mine]), np.concatenate([[1.0], -opts.penalized_speedup[mine]]),
+                  -math.inf, 0.0)
+    return block
+
+
+def _blocks(opts: JointOptions, st: Structure, num_cols: int) -> dict[str, Block]:
+    blocks = _constraints(opts, st)
+    if opts.round_input.settings.max_min:
+        blocks["minspd"] = _minspd(opts, num_cols - 1)
+    return blocks
+
+
+def build_arrays(opts: JointOptions, st: Structure) -> MilpArrays:
+    c, col_hi, integer = _columns(opts, st)
+    rows, cols, vals, lo, hi = [], [], [], [], []
+    offset = 0
+    for block in _blocks(opts, st, len(c)).values():
+        r, k, v = block.coo()
+        rows.append(r + offset)
+        cols.append(k)
+        vals.append(v)
+        lo += block.lo
+        hi += block.hi
+        offset += len(block.keys)
+    A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(offset, len(c)))
+    return MilpArrays(c=c, offset=float(opts.U0.sum()), A=A, row_lo=np.array(lo, float), row_hi=np.array(hi, float),
+                      col_lo=np.zeros(len(c)), col_hi=col_hi, integer=integer, start=start_point(opts, st))
+
+
+def build_pyomo(opts: JointOptions, st: Structure) -> pyo.ConcreteModel:
+    """The same model in Pyomo: x indexed by option labels (job/kind:shape), v by (job, pool), w
+    by (node, level), one Constraint per tag of the docstring over the same rows."""
+    c, col_hi, integer = _columns(opts, st)
+    jobs = opts.round_input.jobs
+    m = pyo.ConcreteModel(name="joint")
+    labels = [option_label(opts, k) for k in range(opts.num_options)]
+    m.C = pyo.Set(initialize=labels, ordered=True)
+    m.V = pyo.Set(dimen=2, initialize=[(jobs[j].id, p) for j, p in st.v_cols], ordered=True)
+    m.K2L = pyo.Set(dimen=2, initialize=st.w_cols, ordered=True)
+    m.x = pyo.Var(m.C, domain=pyo.Binary)
+    m.v = pyo.Var(m.V, domain=pyo.NonNegativeIntegers)
+    m.w = pyo.Var(m.K2L, domain=pyo.NonNegativeIntegers)
+    columns = [m.x[lab] for lab in labels] + [m.v[jobs[j].id, p] for j, p in st.v_cols] + [m.w[kd] for kd in st.w_cols]
+    if opts.round_input.settings.max_min:
+        m.t = pyo.Var(domain=pyo.NonNegativeReals)
+        columns.append(m.t)
+    for var, ub in zip(columns, col_hi):
+        var.setub(float(ub))
+    for tag, block in _blocks(opts, st, len(c)).items():
+        r, k, v = block.coo()
+        A = sp.csr_matrix((v, (r, k)), shape=(len(block.keys), len(c)))
+        row_of = {key: i for i, key in enumerate(block.keys)}
+        setattr(m, tag, pyo.Constraint(block.keys, rule=lambda m, *key, A=A, block=block, row_of=row_of: _row(
+            columns, A, row_of[key], block.lo[row_of[key]], block.hi[row_of[key]])))
+    m.obj = pyo.Objective(expr=float(opts.U0.sum()) + sum(float(ci) * var for ci, var in zip(c, columns) if ci),
+                          sense=pyo.maximize)
+    m.columns = columns
+    return m
+
+
+def _row(columns: list, A: sp.csr_matrix, i: int, lo: float, hi: float):
+    cols, vals = A.indices[A.indptr[i]:A.indptr[i + 1]], A.data[A.indptr[i]:A.indptr[i + 1]]
+    body = sum(float(a) * columns[k] for k, a in zip(cols, vals))
+    return body == hi if lo == hi else body <= hi
+
+
+def option_label(opts: JointOptions, c: int) -> str:
+    """Readable name of option c: job, kind and shape (e.g. "a/single:g3x2", "b/multi:n2<=1.3")."""
+    job = opts.round_input.jobs[opts.job[c]].id
+    kind = int(opts.kind[c])
+    if kind == STAY:
+        return f"{job}/stay"
+    if kind == MULTI:
+        return f"{job}/multi{int(opts.pool[c])}:n{int(opts.num_nodes[c])}"
+    name = "single" if kind == SINGLE else "comp"
+    shape = "x".join(map(str, opts.comp[c])) if kind == COMP else str(int(opts.num_gpus[c]))
+    return f"{job}/{name}:p{int(opts.pool[c])}:{shape}"
+
+
+def objective_value(opts: JointOptions, chosen: np.ndarray) -> float:
+    value = float(opts.U0.sum() + (opts.utility - opts.U0[opts.job]) @ chosen)
+    if opts.round_input.settings.max_min:
+        value += max_min_weight(opts) * _min_speedup(opts, chosen)
+    return value
+
+
+def decode(opts: JointOptions, st: Structure, values: np.ndarray) -> tuple[JobAllocation, ...]:
+    """Concrete GPUs: stayers, then whole nodes, then single-node items largest first, then
+    compositions on their slices."""
+    jobs, cl, nodes = opts.round_input.jobs, opts.cluster, opts.round_input.cluster.nodes
+    n = opts.num_options
+    chosen = np.asarray(values[:n]) > 0.5
+    state = NodeState(opts.round_input.cluster)
+    picked = np.flatnonzero(chosen)
+    gpus_of: dict[int, tuple[GpuRef, ...]] = {}
+    for c in picked[opts.kind[picked] == STAY]:
+        job = jobs[opts.job[c]]
+        if not state.take_exact(job.current_gpus):
+            raise RuntimeError(f"job {job.id!r} cannot stay: its GPUs are taken")
+        gpus_of[c] = job.current_gpus
+    whole = {jw: int(round(values[n + i])) for i, jw in enumerate(st.v_cols)}
+    for c in picked[opts.kind[picked] == MULTI]:
+        j, refs = int(opts.job[c]), []
+        for p in opts.multi[opts.pool[c]].pools:
+            count = whole.get((j, p), 0)
+            pool = cl.pools[p]
+            taken = state.take_shape(pool.nodes, count, pool.gpus_per_node) if count else ()
+            if taken is None:
+                raise RuntimeError(f"no {count} free whole nodes in pool {p} for job {jobs[j].id!r}")
+            refs += taken
+        if len(refs) != opts.num_gpus[c]:
+            raise RuntimeError(f"job {jobs[j].id!r} got {len(refs)} GPUs of whole nodes, not {opts.num_gpus[c]}")
+        gpus_of[c] = tuple(refs)
+    singles = picked[opts.kind[picked] == SINGLE]
+    for c in sorted(singles, key=lambda c: (-opts.num_gpus[c], c)):
+        refs = state.take_shape(cl.pools[opts.pool[c]].nodes, 1, int(opts.num_gpus[c]))
+        if refs is None:
+            raise RuntimeError(f"no room for job {jobs[opts.job[c]].id!r} ({opts.num_gpus[c]} GPUs)")
+        gpus_of[c] = refs
+    for c in picked[opts.kind[picked] == COMP]:
+        pool = cl.pools[opts.pool[c]]
+        k = pool.nodes[0]
+        refs = []
+        for members, count in zip(pool.slices, opts.comp[c]):
+            free = [i for i in state.free[k] if i in members][:count]
+            if len(free) < count:
+                raise RuntimeError(f"no room on node {nodes[k].id!r} for job {jobs[opts.job[c]].id!r}")
+            refs += free
+        state.free[k] = [i for i in state.free[k] if i not in refs]
+        gpus_of[c] = tuple(GpuRef(nodes[k].id, i) for i in refs)
+    by_job = {int(opts.job[c]): c for c in picked}
+    out = []
+    for j, job in enumerate(jobs):
+        c = by_job.get(j)
+        if c is None:
+            out.append(JobAllocation(job.id))
+            continue
+        r, local, accum = int(opts.num_gpus[c]), int(opts.local_bsz[c]), int(opts.accum_steps[c])
+        gpus = tuple(sorted(gpus_of[c]))
+        out.append(JobAllocation(
+            job_id=job.id, gpus=gpus, total_bsz=r * local * (accum + 1), local_bsz=local, accum_steps=accum,
+            goodput=float(opts.goodput[c]), speedup=float(opts.speedup[c]),
+            restarted=job.running and gpus != tuple(sorted(job.current_gpus)),
+        ))
+    return tuple(out)
+
+
+def greedy_point(opts: JointOptions, st: Structure) -> np.ndarray:
+    """A feasible point: running jobs stay, then each job by the value its best option adds
+    takes the best option that still fits (whole nodes from the emptiest eligible pools)."""
+    cl, jobs, n = opts.cluster, opts.round_input.jobs, opts.num_options
+    point = np.zeros(n + len(st.v_cols) + len(st.w_cols) + opts.round_input.settings.max_min)
+    v_index = {jw: n + i for i, jw in enumerate(st.v_cols)}
+    free = {k: set(range(node.gpus)) for k, node in enumerate(opts.round_input.cluster.nodes)}
+    placed = set()
+    for j, held in opts.stay_gpus.items():
+        if all(set(g) <= free[k] for k, g in held.items()):
+            for k, g in held.items():
+                free[k] -= set(g)
+            point[opts.stay_option(j)] = 1.0
+            placed.add(j)
+    gain = opts.utility - opts.U0[opts.job]
+    for c in np.argsort(-gain, kind="stable"):
+        j = int(opts.job[c])
+        if j in placed or gain[c] <= 0 or opts.kind[c] == STAY:
+            continue
+        take = _fits(opts, c, free)
+        if take is None:
+            continue
+        for k, gpus in take.items():
+            free[k] -= gpus
+            if opts.kind[c] == MULTI:
+                point[v_index[j, cl.pool_of[k]]] += 1
+        point[c] = 1.0
+        placed.add(j)
+    return point
+
+
+def _fits(opts: JointOptions, c: int, free: dict[int, set[int]]) -> dict[int, set[int]] | None:
+    """GPUs option c would take from `free` (node -> GPU indices), or None if it does not fit."""
+    cl = opts.cluster
+    if opts.kind[c] == MULTI:
+        empty = [k for p in opts.multi[opts.pool[c]].pools for k in cl.pools[p].nodes
+                 if len(free[k]) == cl.pools[p].gpus_per_node]
+        need = int(opts.num_nodes[c])
+        return {k: set(free[k]) for k in empty[:need]} if len(empty) >= need else None
+    pool = cl.pools[opts.pool[c]]
+    if opts.kind[c] == SINGLE:
+        fits = sorted((len(free[k]), k) for k in pool.nodes if len(free[k]) >= opts.num_gpus[c])
+        return {fits[0][1]: set(sorted(free[fits[0][1]])[: opts.num_gpus[c]])} if fits else None
+    k = pool.nodes[0]
+    take = set()
+    for members, count in zip(pool.slices, opts.comp[c]):
+        avail = sorted(free[k] & set(members))
+        if len(avail) < count:
+            return None
+        take |= set(avail[:count])
+    return {k: take}
+
+
+@dataclass(frozen=True)
+class JointModel:
+    """The joint round (formulations.base.RoundModel)."""
+
+    opts: JointOptions
+    st: Structure
+
+    @property
+    def round_input(self) -> RoundInput:
+        return self.opts.round_input
+
+    def arrays(self) -> MilpArrays:
+        return build_arrays(self.opts, self.st)
+
+    def pyomo(self) -> pyo.ConcreteModel:
+        return build_pyomo(self.opts, self.st)
+
+    def start(self) -> np.ndarray:
+        return start_point(self.opts, self.st)
+
+    def decode(self, values: np.ndarray) -> tuple[JobAllocation, ...]:
+        return decode(self.opts, self.st, values)
+
+    def objective(self, values: np.ndarray) -> float:
+        return objective_value(self.opts, np.asarray(values[: self.opts.num_options]) > 0.5)
+
+    def fallback(self) -> np.ndarray:
+        return greedy_point(self.opts, self.st)
+
+
+def joint_model(round_input: RoundInput) -> JointModel:
+    opts = enumerate_joint_options(round_input)
+    return JointModel(opts, structure(opts))

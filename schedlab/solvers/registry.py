@@ -1,0 +1,69 @@
+"""Solvers, one registry: a name -> how to solve any formulation's RoundModel.
+
+    highs        the model's arrays straight into highspy (the default, fastest)
+    cpsat        the same arrays in OR-Tools CP-SAT (integer-scaled objective)
+    appsi_highs  the Pyomo model through Pyomo's APPSI HiGHS interface (the readable reference)
+    cbc, glpk, scip, gurobi, cplex
+                 the Pyomo model through Pyomo's SolverFactory, where installed
+Only these names run: a round never names a program of its own (a path, say).
+Each entry returns the solver's outcome and the seconds spent building the model it solved.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from schedlab.errors import SolverError
+from schedlab.solvers.arrays import MilpArrays
+from schedlab.solvers.cpsat import solve_cpsat
+from schedlab.solvers.highs_direct import solve_highs
+from schedlab.solvers.outcome import SolveOutcome
+from schedlab.solvers.pyomo_backend import set_start, solve_appsi_highs, solve_legacy
+from schedlab.state import Settings
+
+
+@dataclass(frozen=True)
+class ArraySolver:
+    """Solves the model's arrays (MilpArrays) with `solve(arrays, time_limit_s, mip_gap, seed)`."""
+
+    solve: Callable[[MilpArrays, float, float, int], SolveOutcome]
+
+    def __call__(self, model: Any, s: Settings) -> tuple[SolveOutcome, float]:
+        t0 = time.perf_counter()
+        arrays = model.arrays()
+        build_s = time.perf_counter() - t0
+        return self.solve(arrays, s.time_limit_s, s.mip_gap, s.seed), build_s
+
+
+@dataclass(frozen=True)
+class PyomoSolver:
+    """Solves the model's Pyomo form, warm-started from the model's start point."""
+
+    name: str  # Pyomo's name of the solver
+
+    def __call__(self, model: Any, s: Settings) -> tuple[SolveOutcome, float]:
+        t0 = time.perf_counter()
+        pm = model.pyomo()
+        set_start(pm, model.start())
+        build_s = time.perf_counter() - t0
+        if self.name == APPSI_HIGHS:
+            return solve_appsi_highs(pm, s.time_limit_s, s.mip_gap, warm_start=True), build_s
+        return solve_legacy(pm, self.name, s.time_limit_s, s.mip_gap, warm_start=True), build_s
+
+
+APPSI_HIGHS = "appsi_highs"
+SOLVERS: dict[str, Callable[[Any, Settings], tuple[SolveOutcome, float]]] = {
+    "highs": ArraySolver(solve_highs),
+    "cpsat": ArraySolver(solve_cpsat),
+    APPSI_HIGHS: PyomoSolver(APPSI_HIGHS),
+    **{name: PyomoSolver(name) for name in ("cbc", "glpk", "scip", "gurobi", "cplex")},
+}
+
+
+def solver(name: str) -> Callable[[Any, Settings], tuple[SolveOutcome, float]]:
+    if name not in SOLVERS:
+        raise SolverError(f"unknown solver {name!r}; use one of {', '.join(SOLVERS)}")
+    return SOLVERS[name]

@@ -1,0 +1,156 @@
+"""The joint round is exact: every concrete placement enumerated, the Pyomo twin, and goodput as
+its special case (no variability, no topology)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from conftest import tiny_round
+from schedlab.api import solve_round
+from schedlab.formulations.joint import enumerate_joint_options, joint_model, tiers
+from schedlab.formulations.options import chain_levels, restart_factor, utility
+from schedlab.models.efficiency import best_batch
+from schedlab.state import Cluster, GpuRef, Node, Rack, RoundInput, ThroughputParams, Topology
+from schedlab.verify import verify
+
+
+def _with_world(rng: np.random.Generator, ri: RoundInput, racks: bool) -> RoundInput:
+    """Random slowdowns (a few slow GPUs per class) and, optionally, one rack per node with a slow
+    uplink; jobs of classes A and B."""
+    nodes = []
+    for n in ri.cluster.nodes:
+        slow = {c: tuple(float(rng.choice([1.0, 1.0, 1.0, 1.5, 2.2])) for _ in range(n.gpus)) for c in ("classA", "classB")}
+        nodes.append(replace(n, slowdown=slow))
+    topology = None
+    if racks:
+        topology = Topology(tuple(Rack(f"r{k}", (n.id,), uplink_gbps=25.0) for k, n in enumerate(nodes)),
+                            node_gbps=100.0, across_node_factor=float(rng.choice([1.0, 1.3])))
+    jobs = tuple(replace(j, app_class=str(rng.choice(["classA", "classB"]))) for j in ri.jobs)
+    return replace(ri, cluster=Cluster(tuple(nodes), topology), jobs=jobs)
+
+
+def _shapes(ri: RoundInput, job) -> list[tuple[GpuRef, ...]]:
+    """Every concrete GPU set the job may take: its current GPUs, a chain size on one node, or
+    two or more whole nodes of one size."""
+    out = set()
+    if job.running and job.min_gpus <= len(job.current_gpus) <= job.max_gpus:
+        out.add(tuple(sorted(job.current_gpus)))
+    for n in ri.cluster.nodes:
+        for d in chain_levels(n.gpus) if n.gpus else ():
+            out |= {tuple(GpuRef(n.id, i) for i in c) for c in itertools.combinations(range(n.gpus), d)}
+    by_size: dict[int, list[Node]] = {}
+    for n in ri.cluster.nodes:
+        by_size.setdefault(n.gpus, []).append(n)
+    for size, nodes in by_size.items():
+        for k in range(2, len(nodes) + 1):
+            for combo in itertools.combinations(nodes, k):
+                out.add(tuple(GpuRef(n.id, i) for n in combo for i in range(size)))
+    return [s for s in out if job.min_gpus <= len(s) <= job.max_gpus]
+
+
+def _value(ri: RoundInput, j: int, gpus: tuple[GpuRef, ...], fair: float) -> float:
+    """The speedup a placement gives, restated from the docstring: compute x the worst tier, sync
+    x B_ref / B across racks, the step x across_node_factor when spread."""
+    job, cluster = ri.jobs[j], ri.cluster
+    node = {n.id: n for n in cluster.nodes}
+    cls = job.variability_class
+    classes = sorted({jj.variability_class for jj in ri.jobs})
+    tier = {c: tiers([n.gpu_slowdown(i, c) for n in cluster.nodes for i in range(n.gpus)], ri.settings.tier_tolerance)
+            for c in classes}
+    tau = max(tier[cls][node[g.node].gpu_slowdown(g.gpu, cls)] for g in gpus)
+    nodes = {g.node for g in gpus}
+    topo = cluster.topology or Topology()
+    rack = {n: r.id for r in topo.racks for n in r.nodes}
+    sync = 1.0
+    if len({rack.get(n) for n in nodes}) > 1:
+        sync = topo.node_gbps / min(topo.node_gbps, min(r.uplink_gbps for r in topo.racks))
+    spread = topo.across_node_factor if len(nodes) > 1 else 1.0
+    p = job.throughput[node[gpus[0].node].gpu_type]
+    scaled = ThroughputParams(p.alpha_c * tau * spread, p.beta_c * tau * spread, p.alpha_n * sync * spread,
+                              p.beta_n * sync * spread, p.alpha_r * spread, p.beta_r * spread, p.gamma)
+    good = float(best_batch(scaled, job.grad_stats, job.batch, len(nodes), len(gpus), job.fixed_bsz or 0).goodput[0])
+    moved = job.running and tuple(sorted(gpus)) != tuple(sorted(job.current_gpus))
+    return good / fair * (restart_factor(job, ri.settings) if moved else 1.0)
+
+
+def _brute_force(ri: RoundInput) -> float:
+    opts = enumerate_joint_options(ri)
+    fair = {int(j): opts.goodput[c] / opts.speedup[c] for c, j in enumerate(opts.job) if opts.speedup[c] > 0}
+    per_job = []
+    for j, job in enumerate(ri.jobs):
+        choices = [(None, opts.U0[j], 0.0)]
+        if j in fair:
+            for gpus in _shapes(ri, job):
+                s = _value(ri, j, gpus, fair[j])
+                if s > 0:
+                    choices.append((frozenset(gpus), float(utility(np.array([s]), ri.settings.p)[0]), s))
+        per_job.append(choices)
+    best = -math.inf
+    for combo in itertools.product(*per_job):
+        used = [g for g, _, _ in combo if g is not None]
+        if sum(map(len, used)) != len(frozenset().union(*used)):
+            continue
+        total = sum(u for _, u, _ in combo)
+        if ri.settings.max_min:
+            total += 1e3 * len(ri.jobs) * min(s for _, _, s in combo)
+        best = max(best, total)
+    return best
+
+
+@pytest.mark.parametrize("p", [1.0, -1.0, -math.inf])
+def test_joint_equals_brute_force_over_every_placement(p):
+    rng = np.random.default_rng(7)
+    for case in range(25):
+        ri = _with_world(rng, tiny_round(rng, p=p, max_jobs=3, max_nodes=3), racks=bool(case % 2))
+        result = solve_round(replace(ri, settings=replace(ri.settings, formulation="joint", mip_gap=0.0)))
+        assert result.status == "optimal"
+        expected = _brute_force(ri)
+        assert result.objective == pytest.approx(expected, abs=1e-6 * max(1.0, abs(expected))), case
+
+
+def test_joint_pyomo_twin_is_the_same_model():
+    rng = np.random.default_rng(11)
+    for case in range(6):
+        ri = _with_world(rng, tiny_round(rng, max_jobs=6, max_nodes=4), racks=bool(case % 2))
+        ri = replace(ri, settings=replace(ri.settings, formulation="joint", mip_gap=0.0))
+        arrays = solve_round(ri)
+        pyomo = solve_round(ri, solver="appsi_highs")
+        assert arrays.status == pyomo.status == "optimal"
+        assert pyomo.objective == pytest.approx(arrays.objective, abs=1e-6 * max(1.0, abs(arrays.objective)))
+
+
+def test_joint_without_variability_or_topology_is_the_goodput_round():
+    rng = np.random.default_rng(3)
+    for p in (1.0, -1.0, -math.inf):
+        for _ in range(8):
+            ri = tiny_round(rng, p=p, max_jobs=6, max_nodes=4)
+            ri = replace(ri, settings=replace(ri.settings, mip_gap=0.0))
+            goodput = solve_round(ri)
+            joint = solve_round(ri, formulation="joint")
+            assert joint.status == goodput.status == "optimal"
+            assert joint.objective == pytest.approx(goodput.objective, abs=1e-6 * max(1.0, abs(goodput.objective)))
+
+
+def test_joint_gives_a_job_the_fast_gpus_and_prices_a_slow_uplink():
+    nodes = tuple(Node(f"n{k}", 4, slowdown={"classA": (1.0, 3.0, 1.0, 1.0)}) for k in range(2))
+    ri = tiny_round(np.random.default_rng(0), max_jobs=1, max_nodes=1)
+    job = replace(ri.jobs[0], current_gpus=(), app_class="classA", min_gpus=2, max_gpus=2)
+    round_ = RoundInput(Cluster(nodes), (job,), replace(ri.settings, formulation="joint"))
+    result = solve_round(round_)
+    verify(round_, result.allocations)
+    assert {g.gpu for g in result.allocations[0].gpus}.isdisjoint({1})
+    model = joint_model(round_)
+    assert model.opts.speedup.max() > 0
+
+
+def test_decode_realizes_every_optimum_on_larger_rounds():
+    rng = np.random.default_rng(5)
+    for case in range(4):
+        ri = _with_world(rng, tiny_round(rng, max_jobs=12, max_nodes=6), racks=bool(case % 2))
+        result = solve_round(replace(ri, settings=replace(ri.settings, formulation="joint")))
+        assert result.status == "optimal" and result.verified
