@@ -43,18 +43,32 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    import numpy as np
     from tqdm import tqdm
 
     from schedlab.policies import make_policy
-    from schedlab.replay.engine import ReplayConfig, replay, write_outputs
-    from schedlab.traces import load_workload, trace_jobs
+    from schedlab.replay.engine import WORLDS, replay, write_outputs
+    from schedlab.traces import load_sia_philly, load_workload, sia_philly_jobs, trace_jobs, workload_from_sia_philly
 
-    jobs = trace_jobs(load_workload(args.workload))
+    if args.world not in WORLDS:
+        return _fail(f"--world {args.world!r}: use one of {', '.join(WORLDS)}")
+    world = WORLDS[args.world]
+    overrides = {k: v for k, v in {"num_nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
+                                   "round_s": args.round_s, "restart_delay_s": args.restart_delay_s,
+                                   "throughput_model": args.model}.items() if v is not None}
+    config = replace(world, **overrides)
+    if args.sia_philly and config.sia_philly_work:
+        jobs = sia_philly_jobs(load_sia_philly(args.sia_philly), config.sia_philly_work)
+    elif args.sia_philly:
+        jobs = trace_jobs(workload_from_sia_philly(load_sia_philly(args.sia_philly), np.random.default_rng(0)))
+    else:
+        jobs = trace_jobs(load_workload(args.workload))
     policy = make_policy(args.policy)
-    config = ReplayConfig(num_nodes=args.nodes, gpus_per_node=args.gpus_per_node, round_s=args.round_s,
-                          restart_delay_s=args.restart_delay_s, throughput_model=args.model)
+    name = args.workload or args.sia_philly
     with tqdm(total=len(jobs), unit="job", disable=args.quiet, file=sys.stderr,
-              desc=f"{args.policy} on {args.workload}") as bar:
+              desc=f"{args.policy} on {name}") as bar:
         def on_round(now_s: float, done: int) -> None:
             bar.update(done - bar.n)
             bar.set_postfix_str(f"t={now_s / 3600:.1f} h", refresh=False)
@@ -173,13 +187,19 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=_cmd_bench)
 
     rp = sub.add_parser("replay", help="replay a workload round by round under a policy")
-    rp.add_argument("--workload", required=True, help="Pollux-format CSV, or a shipped name (workload-1..8)")
+    trace = rp.add_mutually_exclusive_group(required=True)
+    trace.add_argument("--workload", help="Pollux-format CSV, or a shipped name (workload-1..8)")
+    trace.add_argument("--sia-philly", help="a Sia-Philly trace (CSV, or a shipped name workload-1..8)")
+    rp.add_argument("--world", default="pollux",
+                    help="the simulated world (replay.engine.WORLDS): pollux (the Pollux artifact's), pal (PAL's "
+                         "simulator), variability (pollux on PAL's measured GPUs and 4 racks)")
     rp.add_argument("--policy", required=True,
                     help="a policy of the registry, e.g. pollux, icefrog, tiresias, ones (an unknown name lists all)")
-    rp.add_argument("--nodes", type=int, default=16)
-    rp.add_argument("--gpus-per-node", type=int, default=4)
-    rp.add_argument("--round-s", type=float, default=60.0, help="scheduling interval in seconds")
-    rp.add_argument("--restart-delay-s", type=float, default=30.0, help="seconds without progress after each (re)start")
+    rp.add_argument("--nodes", type=int, default=None, help="default: the world's (16)")
+    rp.add_argument("--gpus-per-node", type=int, default=None, help="default: the world's (4)")
+    rp.add_argument("--round-s", type=float, default=None, help="scheduling interval in seconds (default: the world's)")
+    rp.add_argument("--restart-delay-s", type=float, default=None,
+                    help="seconds without progress after each (re)start (default: the world's)")
     rp.add_argument("--model", choices=["online", "oracle"], default=None,
                     help="throughput model the policy sees (default: the policy's own)")
     rp.add_argument("--out", default=None, help="folder for jobs.csv, rounds.csv and summary.json")

@@ -19,6 +19,11 @@ APP_CLASS = {"cifar10": "classA", "imagenet": "classA", "yolov3": "classA", "ber
 DEFAULT_CLASS = "classA"
 
 
+def variability_class(application: str | None, app_class: str | None = None) -> str:
+    """The class whose slowdown factors apply: app_class if given, else the application's."""
+    return app_class or APP_CLASS.get(application or "", DEFAULT_CLASS)
+
+
 @dataclass(frozen=True)
 class Node:
     """A machine: `gpus` GPUs of one type. `slowdown` maps an application class to one factor per
@@ -202,7 +207,7 @@ class JobSpec:
     @property
     def variability_class(self) -> str:
         """The class whose slowdown factors apply: app_class, else the application's (APP_CLASS)."""
-        return self.app_class or APP_CLASS.get(self.application or "", DEFAULT_CLASS)
+        return variability_class(self.application, self.app_class)
 
 
 @dataclass(frozen=True)

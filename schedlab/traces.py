@@ -12,6 +12,11 @@ A workload is a DataFrame with one row per job and the Pollux artifact's columns
   hours [start, start + duration) of the day, then by GPU-time: < 1 h cifar10 or ncf,
   < 10 h deepspeech2 (half become bert), < 100 h yolov3, else imagenet; the request is drawn
   from the application's plausible (replicas, batch) configurations (ApplicationTruth).
+- `sia_philly_jobs`: a Sia-Philly trace in PAL's semantics (its simulator, github.com/hal-uw/blox-pal):
+  each job keeps its GPU count and a fixed work, `duration` iterations of its model's measured
+  iteration time (ITERATION_S; or `duration` seconds); its variability class is the artifact's
+  (MODEL_CLASS); a Pollux application stands in for its scaling and batch limits (MODEL_APP, ours:
+  ResNet-50 and VGG-19 ImageNet, the transformers BERT, DCGAN and PointNet the small CIFAR-10 net).
 - `synthetic_workload`: Poisson arrivals at a given rate and a given application mix.
 All randomness comes from the numpy Generator passed in.
 """
@@ -157,6 +162,43 @@ def workload_from_sia_philly(trace: pd.DataFrame, rng: np.random.Generator) -> p
     gpu_time = trace.num_gpus.to_numpy(float) * trace.duration.to_numpy(float)
     apps = [_application_by_gpu_time(g, rng) for g in gpu_time]
     return _workload(trace.submit_time.to_numpy(float), apps, rng)
+
+
+# The PAL artifact's model -> application class (its trace loader) and measured iteration times.
+MODEL_CLASS = {"resnet50": "classA", "bert": "classB", "gpt2": "classB", "dcgan": "classB", "vgg19": "classC",
+               "pointnet": "classD"}
+ITERATION_S = {"resnet50": 0.17540429367763434, "bert": 0.179, "gpt2": 3.5714, "dcgan": 0.0469266931,
+               "pointnet": 0.28125, "vgg19": 0.300610341}
+MODEL_APP = {"resnet50": "imagenet", "vgg19": "imagenet", "bert": "bert", "gpt2": "bert", "dcgan": "cifar10",
+             "pointnet": "cifar10"}
+WORKS = ("iterations", "seconds")
+
+
+def work_s(model: str, duration: float, work: str = "iterations") -> float:
+    """Seconds of work at full speed: `duration` itself, or that many of the model's iterations."""
+    if work not in WORKS:
+        raise ConfigError(f"work {work!r}: use one of {', '.join(WORKS)}")
+    if work == "seconds":
+        return float(duration)
+    if model.lower() not in ITERATION_S:
+        raise ConfigError(f"model {model!r} has no iteration time in PAL's simulator; use one of "
+                          f"{', '.join(ITERATION_S)} or work='seconds'")
+    return float(duration) * ITERATION_S[model.lower()]
+
+
+def sia_philly_jobs(trace: pd.DataFrame, work: str = "iterations") -> tuple[TraceJob, ...]:
+    """A Sia-Philly trace as jobs of fixed work (module doc), in (submit time, job id) order."""
+    jobs = trace.sort_values(["submit_time", "job_id"], kind="stable")
+    out = []
+    for row in jobs.itertuples():
+        model = str(row.model).lower()
+        app = MODEL_APP.get(model, "imagenet")
+        truth = application_truth(app)
+        r = int(row.num_gpus)
+        bsz = int(min(max(truth.init_bsz, truth.min_local_bsz * r), truth.max_bsz))
+        out.append(TraceJob(str(row.job_id), app, float(row.submit_time), r, bsz, work_s(model, row.duration, work),
+                            MODEL_CLASS.get(model, "classA")))
+    return tuple(out)
 
 
 def synthetic_workload(num_jobs: int, jobs_per_hour: float, rng: np.random.Generator,

@@ -9,7 +9,9 @@ from schedlab.errors import VerificationError
 from schedlab.state import JobAllocation, RoundInput
 
 
-def problems(round_input: RoundInput, allocations: tuple[JobAllocation, ...]) -> list[str]:
+def problems(round_input: RoundInput, allocations: tuple[JobAllocation, ...], budgets: bool = True) -> list[str]:
+    """Every rule broken; `budgets=False` leaves freezing budgets out (a replay lets a budget-blind
+    policy overspend, and counts it)."""
     nodes = {n.id: n for n in round_input.cluster.nodes}
     jobs = {j.id: j for j in round_input.jobs}
     found: list[str] = []
@@ -35,7 +37,7 @@ def problems(round_input: RoundInput, allocations: tuple[JobAllocation, ...]) ->
             found.append(f"job {a.job_id!r} freezes {a.frozen_groups} layer groups but did not opt in to freezing")
         if f is not None and a.gpus and not f.min_frozen <= a.frozen_groups <= f.top_level:
             found.append(f"job {a.job_id!r} freezes {a.frozen_groups} groups outside its [{f.min_frozen}, {f.top_level}]")
-        if f is not None and a.freeze_penalty > f.budget_left + 1e-9:
+        if budgets and f is not None and a.freeze_penalty > f.budget_left + 1e-9:
             found.append(f"job {a.job_id!r} spends penalty {a.freeze_penalty:.3g} above its budget {f.budget_left:.3g}")
         if not a.gpus:
             continue
@@ -57,8 +59,8 @@ def problems(round_input: RoundInput, allocations: tuple[JobAllocation, ...]) ->
     return found
 
 
-def verify(round_input: RoundInput, allocations: tuple[JobAllocation, ...]) -> None:
+def verify(round_input: RoundInput, allocations: tuple[JobAllocation, ...], budgets: bool = True) -> None:
     """Raise VerificationError listing every rule the allocation breaks."""
-    found = problems(round_input, allocations)
+    found = problems(round_input, allocations, budgets)
     if found:
         raise VerificationError(found)

@@ -1,18 +1,26 @@
-"""PAL placement: the exact model's linearization, its bound over the greedy, feasibility of all."""
+"""PAL placement: the exact model's linearization, its bound over the greedy, feasibility of all;
+the round formulation built on it, its Pyomo twin, and brute force over every assignment."""
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from schedlab.api import solve_round
+from schedlab.bench import random_round
 from schedlab.errors import InputError
-from schedlab.formulations.placement import (PlacementGpu, PlacementInput, PlacementJob, job_speed,
-                                              placement_objective, solve_placement)
-from schedlab.policies.placement import PLACEMENT_POLICIES, pal_greedy
+from schedlab.formulations.placement import (PlacementGpu, PlacementInput, PlacementJob, build, build_pyomo,
+                                              gpu_key, job_speed, pal_greedy, placement_model, placement_objective,
+                                              placement_view, solve_placement)
+from schedlab.policies.placement import PLACEMENT_POLICIES
+from schedlab.solvers.highs_direct import solve_highs
+from schedlab.solvers.pyomo_backend import solve_appsi_highs
+from schedlab.state import Cluster, GpuRef, Node, RoundInput, Settings, Topology
 
 CLASSES = ("classA", "classB")
 
@@ -119,3 +127,123 @@ def test_a_solver_out_of_time_before_any_point_answers_with_its_start_flagged():
     assert result.placement == {j: tuple(sorted(g)) for j, g in greedy.items()}
     with pytest.raises(RuntimeError, match="cpsat found no placement"):
         solve_placement(pi, "cpsat", time_limit_s=0.001)
+
+
+def small_round(seed: int, max_gpus: int = 12, max_jobs: int = 4) -> RoundInput:
+    """2-3 nodes of 2-4 GPUs (at most max_gpus), random slowdowns for classes A and B (the ncf
+    jobs' class D unlisted: 1), an across-node factor; 2..max_jobs jobs of 1-3 GPUs while they
+    fit, about half running on random GPUs (not always as many as they ask for now)."""
+    rng = np.random.default_rng(seed)
+    num_nodes = int(rng.integers(2, 4))
+    per_node = int(rng.integers(2, min(4, max_gpus // num_nodes) + 1))
+    factors = lambda: tuple(float(rng.choice([1.0, 1.1, 1.3])) for _ in range(per_node))  # noqa: E731
+    nodes = tuple(Node(f"n{n}", per_node, slowdown={c: factors() for c in CLASSES}) for n in range(num_nodes))
+    idle = [GpuRef(n.id, k) for n in nodes for k in range(n.gpus)]
+    rng.shuffle(idle)
+    left, jobs = len(idle), []
+    for job in random_round(rng, len(idle), int(rng.integers(2, max_jobs + 1)), per_node, running_fraction=0.0).jobs:
+        size = int(rng.integers(1, 4))
+        if size > left:
+            break
+        left -= size
+        held = int(rng.integers(1, 4))
+        current = ()
+        if rng.random() < 0.5 and len(idle) >= held:
+            current, idle = tuple(idle[:held]), idle[held:]
+        jobs.append(replace(job, requested_gpus=size, requested_bsz=size * job.batch.min_local_bsz,
+                            current_gpus=current))
+    topology = Topology(across_node_factor=float(rng.choice([1.2, 1.7])))
+    return RoundInput(Cluster(nodes, topology), tuple(jobs), Settings(formulation="placement"))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_round_formulation_is_the_same_model_in_arrays_and_pyomo(seed):
+    ri = small_round(seed)
+    arrays, pyomo = solve_round(ri, solver="highs"), solve_round(ri, solver="appsi_highs")
+    assert arrays.status == pyomo.status == "optimal"
+    assert pyomo.objective == pytest.approx(arrays.objective, abs=1e-6)
+    view = placement_view(ri)
+    for job, pjob, a in zip(ri.jobs, view.pi.jobs, arrays.allocations):  # each job whole, at its speed
+        assert len(a.gpus) == job.requested_gpus and list(a.gpus) == sorted(a.gpus)
+        assert a.speedup == pytest.approx(job_speed(view.pi, pjob, tuple(map(gpu_key, a.gpus))))
+        assert a.restarted == (bool(job.current_gpus) and set(a.gpus) != set(job.current_gpus))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_pyomo_twin_has_the_arrays_points_and_objective(seed):
+    # Each form's optimum is feasible in the other and worth the same there: one model, with
+    # weights and a restart penalty too.
+    pi = tiny(seed, nodes=3, per_node=2, restart_penalty=0.3)
+    model = build(pi)
+    pm = build_pyomo(pi)
+    assert len(pm.columns) == model.arrays.num_cols
+    by_arrays = solve_highs(model.arrays, 30.0, 0.0)
+    by_pyomo = solve_appsi_highs(pm, 30.0, 0.0)
+    assert by_pyomo.objective == pytest.approx(by_arrays.objective, abs=1e-6)
+    assert model.arrays.max_violation(by_pyomo.values) <= 1e-6
+    assert model.arrays.objective(by_pyomo.values) == pytest.approx(by_pyomo.objective, abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_round_formulation_equals_brute_force_over_every_assignment(seed):
+    ri = small_round(seed, max_gpus=6, max_jobs=3)
+    result = solve_round(ri, solver="highs")
+    assert result.status == "optimal"
+    assert result.objective == pytest.approx(brute_force(placement_view(ri).pi), abs=1e-6)
+
+
+def test_round_formulation_starts_from_pal_greedy_and_falls_back_to_it():
+    ri = small_round(4)
+    model = placement_model(ri)
+    pi = placement_view(ri).pi
+    arrays = model.arrays()
+    assert arrays.max_violation(arrays.start) <= 1e-9
+    greedy = pal_greedy(pi, np.random.default_rng(0))
+    assert model.objective(model.fallback()) == pytest.approx(placement_objective(pi, greedy))
+    assert model.arrays().objective(model.start()) == pytest.approx(placement_objective(pi, greedy))
+
+
+def _one_job_round(node_ids: tuple[str, ...], gpus_per_node: int, requested: int, **job_fields) -> RoundInput:
+    base = random_round(np.random.default_rng(0), gpus_per_node, 1, gpus_per_node, running_fraction=0.0).jobs[0]
+    job = replace(base, requested_gpus=requested, requested_bsz=requested * base.batch.min_local_bsz,
+                  **{"max_gpus": len(node_ids) * gpus_per_node, **job_fields})
+    nodes = tuple(Node(n, gpus_per_node) for n in node_ids)
+    return RoundInput(Cluster(nodes, Topology(across_node_factor=2.0)), (job,), Settings(formulation="placement"))
+
+
+def test_locality_counts_the_nodes_of_the_gpus():
+    # Node ids with "/" in them: the spread is counted over the GPUs' nodes, not parsed GPU ids.
+    ri = _one_job_round(("rack/a", "rack/b"), 2, 3)
+    (alloc,) = solve_round(ri).allocations
+    assert alloc.num_nodes == 2 and alloc.speedup == pytest.approx(0.5)
+    (alloc,) = solve_round(replace(ri, jobs=(replace(ri.jobs[0], requested_gpus=2),))).allocations
+    assert alloc.num_nodes == 1 and alloc.speedup == pytest.approx(1.0)
+
+
+def test_a_round_without_jobs_places_nothing():
+    ri = replace(small_round(0), jobs=())
+    model = placement_model(ri)
+    assert model.arrays().num_cols == 0 and model.decode(model.start()) == () and model.objective(model.start()) == 0
+    result = solve_round(ri, solver="cpsat")
+    assert result.status == "optimal" and result.allocations == ()
+
+
+@pytest.mark.parametrize("fields, match", [
+    ({"max_gpus": 2}, r"jobs\[0\]\.requested_gpus: .* exactly 3 GPUs"),
+    ({"min_gpus": 4, "max_gpus": 8}, r"jobs\[0\]\.requested_gpus"),
+])
+def test_a_job_placed_outside_its_gpu_range_is_refused(fields, match):
+    with pytest.raises(InputError, match=match):
+        placement_model(_one_job_round(("n0", "n1"), 4, 3, **fields))
+
+
+def test_more_gpus_than_the_cluster_has_is_refused():
+    with pytest.raises(InputError, match="places every job it is given, so give it fewer jobs"):
+        placement_model(_one_job_round(("n0",), 2, 3))
+
+
+def test_a_cluster_of_several_gpu_types_is_refused():
+    ri = _one_job_round(("n0", "n1"), 2, 1)
+    nodes = (ri.cluster.nodes[0], replace(ri.cluster.nodes[1], gpu_type="other"))
+    with pytest.raises(InputError, match="one GPU type"):
+        placement_model(replace(ri, cluster=Cluster(nodes)))

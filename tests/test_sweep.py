@@ -13,7 +13,7 @@ import pytest
 
 from schedlab.errors import ConfigError
 from schedlab.sweep import CellStore, cell_key, parse_sweep, report, run_sweep
-from schedlab.sweep.run import deterministic
+from schedlab.sweep.run import deterministic, make_cell_policy
 
 TINY = """\
 [sweep]
@@ -139,23 +139,30 @@ nodes = 4
 """
 
 
-def test_pal_world_runs_placement_policies_on_its_own_axes(tmp_path):
-    sweep = parse_sweep(PAL_WORLD)
-    assert len(sweep.cells) == 6 and all(c["round_s"] == 360.0 and c["world"] == "pal" for c in sweep.cells)
+def test_pal_world_runs_any_policy_on_its_defaults_and_axes(tmp_path):
+    sweep = parse_sweep(PAL_WORLD.replace('{name = "milp", time_limit_s = 0.05}', '"tiresias+pal", "joint"'))
+    assert len(sweep.cells) == 8 and all(c["round_s"] == 360.0 and c["world"] == "pal" for c in sweep.cells)
+    assert all(c["variability"] == "measured" and c["work"] == "iterations" for c in sweep.cells)
     records, failed = run_sweep(sweep, tmp_path, workers=2, progress=False)
-    assert failed == [] and len(records) == 6
+    assert failed == [] and len(records) == 8
     by = {(r["cell"]["policy"]["label"], r["cell"]["across_node"]): r["summary"] for r in records}
     assert by[("packed_sticky", 1.7)]["mean_jct_s"] >= by[("packed_sticky", 1.0)]["mean_jct_s"]  # penalty slows
     text = report(tmp_path, "md")
     assert "across_node" in text.splitlines()[0] and "pal vs base" in text.splitlines()[0]
 
 
+def test_policy_axes_reach_the_policies_that_have_them():
+    sweep = parse_sweep(PAL_WORLD.replace("nodes = 4", "nodes = 4\nbackfill = [false, true]"))
+    policies = {(c["policy"]["name"], c["backfill"]): make_cell_policy(c) for c in sweep.cells}
+    assert policies[("pal", True)].backfill and not policies[("pal", False)].backfill
+
+
 @pytest.mark.parametrize(("text", "message"), [
-    (PAL_WORLD.replace('"pal", {name', '"pollux", {name'), "unknown placement policy 'pollux'"),
-    (PAL_WORLD.replace("nodes = 4", "nodes = 4\nmodel = \"oracle\""), "grid.model does not apply to world = 'pal'"),
-    (TINY.replace("seeds = [0, 1]", "seeds = [0, 1]\nacross_node = 2.0"), "grid.across_node does not apply"),
-    (PAL_WORLD.replace('sia_philly = ["workload-1"]', 'workloads = ["workload-1"]'), "Sia-Philly traces only"),
+    (PAL_WORLD.replace('"pal", {name', '"best", {name'), "unknown policy 'best'"),
+    (PAL_WORLD.replace('world = "pal"', 'world = "moon"'), "sweep.world 'moon'"),
+    (PAL_WORLD.replace("nodes = 4", "nodes = 4\nvariability = \"raw\""), "grid.variability must be among"),
+    (TINY.replace("seeds = [0, 1]", "seeds = [0, 1]\nacross_node = 0.5"), "grid.across_node must hold numbers >= 1"),
 ])
-def test_world_specific_keys_are_checked(text, message):
+def test_world_and_axes_are_checked(text, message):
     with pytest.raises(ConfigError, match=message):
         parse_sweep(text, "w.toml")

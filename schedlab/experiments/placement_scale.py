@@ -2,7 +2,7 @@
 
 Random rounds (jobs of 1, 2, 4 or 8 GPUs of the four variability classes, drawn until the next
 one does not fit) on clusters of 4-GPU nodes whose GPUs are slowed as in PAL's world
-(replay/pal.py: measured GPUs drawn, seeded, and seen as PAL's tiers over the cluster). Per size: PAL
+(clusters.make_cluster: measured GPUs drawn, seeded, and seen as PAL's tiers over the cluster). Per size: PAL
 greedy's time, the exact model's size, and its build + solve time, status and round objective
 against the greedy it is warm-started from (never below it), for HiGHS or CP-SAT.
 """
@@ -16,14 +16,17 @@ import time
 
 import numpy as np
 
-from schedlab.formulations.placement import PlacementInput, PlacementJob, build, placement_objective, solve_placement
+from schedlab.clusters import ClusterSpec, make_cluster
+from schedlab.formulations.placement import (PlacementGpu, PlacementInput, PlacementJob, build, placement_objective,
+                                             solve_placement)
 from schedlab.models.variability import CLASSES
 from schedlab.policies.placement import pal_greedy
-from schedlab.replay.pal import cluster_gpus
 
 
-def full_round(num_gpus: int, rng: np.random.Generator) -> PlacementInput:
-    gpus, _ = cluster_gpus(num_gpus // 4, 4, "measured", rng)
+def full_round(num_gpus: int, seed: int, rng: np.random.Generator) -> PlacementInput:
+    seen, _ = make_cluster(ClusterSpec(num_gpus // 4, 4, variability="measured", seed=seed))
+    gpus = tuple(PlacementGpu(f"{n.id}/{k}", n.id, {c: n.gpu_slowdown(k, c) for c in CLASSES})
+                 for n in seen.nodes for k in range(n.gpus))
     jobs, used = [], 0
     while True:
         size = int(rng.choice([1, 2, 4, 8]))
@@ -35,8 +38,7 @@ def full_round(num_gpus: int, rng: np.random.Generator) -> PlacementInput:
 
 
 def measure(num_gpus: int, seed: int, solver: str, time_limit_s: float) -> dict:
-    rng = np.random.default_rng(seed)
-    pi = full_round(num_gpus, rng)
+    pi = full_round(num_gpus, seed, np.random.default_rng(seed))
     t0 = time.perf_counter()
     greedy = pal_greedy(pi, np.random.default_rng(seed))
     greedy_ms = 1e3 * (time.perf_counter() - t0)

@@ -4,6 +4,7 @@
                freeze levels folded in when a job opts in, freezing.py)
     joint      goodput with every GPU's variability tier and the topology's spread priced in
                (joint.py)
+    placement  PAL's exact placement of jobs with fixed GPU counts (placement.py)
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from collections.abc import Callable
 from schedlab.formulations.base import RoundModel
 from schedlab.formulations.goodput import goodput_model
 from schedlab.formulations.joint import joint_model
+from schedlab.formulations.placement import placement_model
 from schedlab.state import RoundInput
 
 FORMULATIONS: dict[str, Callable[[RoundInput], RoundModel]] = {
     "goodput": goodput_model,
     "joint": joint_model,
+    "placement": placement_model,
 }
 
 __all__ = ["FORMULATIONS", "RoundModel"]

@@ -5,6 +5,8 @@ pollux  p = -1 (Pollux's power mean), Pollux's restart factor with S = 30 s, and
         unallocated job costs ~250x a job at its fair share; lambda = 100 puts leaving a job
         out in the same place relative to its smallest option (speedup ~0.3-0.5 at 64 GPUs).
 sia     p = -0.5 and lambda = 1.1 (Sia, SOSP'23), same restart factor.
+joint   pollux's settings on the joint formulation (formulations.joint): every option valued with
+        its slowest GPU's variability tier and its spread over the topology.
 icefrog pollux's settings, and jobs that opt in to layer freezing freeze what the round model
         (formulations.freezing) chooses within their budgets. The round's spend is predicted
         with the job's online-fitted model while the job spends at its true rate, so the policy
@@ -58,6 +60,12 @@ class PolluxPolicy(GoodputPolicy):
 class SiaPolicy(GoodputPolicy):
     settings: Settings = field(default_factory=lambda: Settings(p=-0.5, restart_cost_s=30.0, unallocated_penalty=1.1))
     name: ClassVar[str] = "sia"
+
+
+@dataclass
+class JointPolicy(GoodputPolicy):
+    settings: Settings = field(default_factory=lambda: replace(_pollux_settings(), formulation="joint"))
+    name: ClassVar[str] = "joint"
 
 
 @dataclass

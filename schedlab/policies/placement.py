@@ -1,102 +1,69 @@
 """Placement policies: which concrete GPUs each chosen job gets (PAL's comparison set).
 
-Each maps a PlacementInput (the jobs chosen this round, the GPUs they may use) and a seeded
-Generator to job id -> GPU ids, every job getting exactly its GPU count.
-  pal               PAL's greedy as published (Jain et al. SC'24, Alg. 1): per class, entries
-                    (sf, within one node) costed sf and (sf, across nodes) costed sf x L, sorted
-                    by cost; jobs of the most variability-sensitive class first take the cheapest
-                    entry that fits; PM-First when none does.
+Each placement function maps a PlacementInput (the jobs chosen this round, the GPUs they may use)
+and a seeded Generator to job id -> GPU ids, every job getting exactly its GPU count.
+  pal               PAL's greedy as published (Jain et al. SC'24, Alg. 1;
+                    formulations.placement.pal_greedy, also the exact model's warm start).
   pm_first          GPUs sorted by the job's class slowdown; ties prefer the node holding the
                     most such GPUs (so a job stays on one node when it can).
   packed_sticky     running jobs keep their GPUs; new jobs on the fewest nodes, ignoring slowdown.
   packed_nonsticky  every job re-packed each round on the fewest nodes.
   random            uniformly random GPUs.
   milp, milp_cpsat  the exact model (formulations.placement), HiGHS or CP-SAT.
+
+The same names are policies of the one registry (schedlab.policies.POLICIES), each running a
+round of a RoundInput as PAL's simulator does: `pal_queue` chooses the jobs that run (in `order`
+while their requested GPUs fit, stopping at the first that does not unless `backfill`), and the
+placement places them on the cluster's GPUs as formulations.placement sees them (slowdowns from
+Node.slowdown, the topology's across_node_factor). Jobs train at the batch they submitted
+(batch_mode "fixed"). Greedy placements report status heuristic; milp and milp_cpsat solve the
+"placement" round formulation through solve_round (warm-started from pal, `time_limit_s` per
+round) and report the solver's status. The objective is the placement's (every running job's
+speed). policies.compose places the jobs an allocation policy chose instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 import numpy as np
 
-from schedlab.formulations.placement import PlacementInput, PlacementJob, solve_placement
+from schedlab.api import solve_round
+from schedlab.errors import ConfigError
+from schedlab.formulations.placement import (Placement, PlacementInput, PlacementJob, gang_size, pal_greedy,
+                                             placement_objective, placement_view, pm_take, solve_placement)
+from schedlab.policies.base import HEURISTIC
+from schedlab.state import JobAllocation, JobSpec, RoundInput, RoundResult, Settings
+from schedlab.verify import verify
 
-Placement = dict[str, tuple[str, ...]]
+PlaceFunction = Callable[[PlacementInput, np.random.Generator], Placement]
 
 
 def _free(pi: PlacementInput) -> list[str]:
     return [g.id for g in pi.gpus]
 
 
-def _sf(pi: PlacementInput, job: PlacementJob, gpu: str) -> float:
-    return pi.gpu_index[gpu].slowdown[job.app_class]
-
-
-def _node(pi: PlacementInput, gpu: str) -> str:
-    return pi.gpu_index[gpu].node
-
-
-def _by_node(pi: PlacementInput, free: list[str]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for g in free:
-        out.setdefault(_node(pi, g), []).append(g)
-    return out
-
-
-def _pm_take(pi: PlacementInput, job: PlacementJob, free: list[str]) -> list[str]:
-    """PM-First: lowest slowdown first; ties go to the node with the most GPUs at that slowdown."""
-    per_node = _by_node(pi, free)
-    same = {g: sum(1 for h in per_node[_node(pi, g)] if _sf(pi, job, h) == _sf(pi, job, g)) for g in free}
-    ranked = sorted(free, key=lambda g: (_sf(pi, job, g), -same[g], _node(pi, g), g))
-    return ranked[: job.num_gpus]
-
-
 def pm_first(pi: PlacementInput, rng: np.random.Generator) -> Placement:
     free, out = _free(pi), {}
     for job in pi.jobs:
-        out[job.id] = tuple(_pm_take(pi, job, free))
+        out[job.id] = tuple(pm_take(pi, job, free))
         free = [g for g in free if g not in out[job.id]]
     return out
-
-
-def _sensitivity(pi: PlacementInput, app_class: str) -> float:
-    sfs = [g.slowdown[app_class] for g in pi.gpus]
-    return max(sfs) - min(sfs)
-
-
-def pal_greedy(pi: PlacementInput, rng: np.random.Generator) -> Placement:
-    free, out = _free(pi), {}
-    order = sorted(range(len(pi.jobs)), key=lambda j: (-_sensitivity(pi, pi.jobs[j].app_class), j))
-    for j in order:
-        job = pi.jobs[j]
-        levels = sorted({_sf(pi, job, g) for g in free})
-        entries = sorted([(sf, False, sf) for sf in levels] + [(sf * pi.across_node, True, sf) for sf in levels])
-        chosen = None
-        for _, across, sf in entries:
-            ok = [g for g in free if _sf(pi, job, g) <= sf + 1e-12]
-            if across and len(ok) >= job.num_gpus:
-                chosen = sorted(ok, key=lambda g: (_sf(pi, job, g), _node(pi, g), g))[: job.num_gpus]
-            elif not across:
-                nodes = [gs for gs in _by_node(pi, ok).values() if len(gs) >= job.num_gpus]
-                if nodes:  # the tightest node: fewest spare GPUs left behind
-                    best = min(nodes, key=lambda gs: (len(gs), _node(pi, gs[0])))
-                    chosen = sorted(best, key=lambda g: (_sf(pi, job, g), g))[: job.num_gpus]
-            if chosen:
-                break
-        out[job.id] = tuple(chosen or _pm_take(pi, job, free))
-        free = [g for g in free if g not in out[job.id]]
-    return {job.id: out[job.id] for job in pi.jobs}
 
 
 def _pack(pi: PlacementInput, job: PlacementJob, free: list[str]) -> list[str]:
     """Fewest nodes: the tightest node that fits, else the nodes with the most free GPUs."""
-    per_node = _by_node(pi, free)
+    per_node = pi.by_node(free)
     fits = [gs for gs in per_node.values() if len(gs) >= job.num_gpus]
     if fits:
-        return sorted(min(fits, key=lambda gs: (len(gs), _node(pi, gs[0]))))[: job.num_gpus]
+        return sorted(min(fits, key=lambda gs: (len(gs), pi.node_of(gs[0]))))[: job.num_gpus]
     taken: list[str] = []
-    for gs in sorted(per_node.values(), key=lambda gs: (-len(gs), _node(pi, gs[0]))):
+    for gs in sorted(per_node.values(), key=lambda gs: (-len(gs), pi.node_of(gs[0]))):
         taken += sorted(gs)[: job.num_gpus - len(taken)]
         if len(taken) == job.num_gpus:
             break
@@ -141,7 +108,143 @@ def milp_cpsat(pi: PlacementInput, rng: np.random.Generator, time_limit_s: float
 
 EXACT = ("milp", "milp_cpsat")  # take a per-round time_limit_s
 
-PLACEMENT_POLICIES: dict[str, Callable[[PlacementInput, np.random.Generator], Placement]] = {
+PLACEMENT_POLICIES: dict[str, PlaceFunction] = {
     "pal": pal_greedy, "pm_first": pm_first, "packed_sticky": packed_sticky, "packed_nonsticky": packed_nonsticky,
     "random": random_placement, "milp": milp, "milp_cpsat": milp_cpsat,
 }
+
+# PAL's queue orders: the sort key of a job (smallest first).
+QUEUE_ORDERS: dict[str, Callable[[JobSpec], float]] = {
+    "fifo": lambda job: -job.age_s,  # oldest first
+    "las": lambda job: job.attained_service_gpu_s,  # least attained service first
+    "srtf": lambda job: math.inf if job.remaining_steps is None else job.remaining_steps,  # unknown: last
+}
+
+
+def pal_queue(round_input: RoundInput, order: str, backfill: bool = False) -> dict[str, int]:
+    """PAL's cut of the queue: job id -> GPUs (gang_size) of the jobs that run. Jobs in `order`
+    (ties: oldest first, then input order) while their GPUs fit; the first that does not fit
+    stops the queue, unless `backfill`, which goes on with the jobs behind it."""
+    key, left, counts = QUEUE_ORDERS[order], round_input.cluster.total_gpus, {}
+    for job in sorted(round_input.jobs, key=lambda j: (key(j), -j.age_s)):
+        size = gang_size(job)
+        if size <= left:
+            counts[job.id] = size
+            left -= size
+        elif not backfill:
+            break
+    return counts
+
+
+def gang_round(round_input: RoundInput, counts: Mapping[str, int],
+               batches: Mapping[str, int] | None = None) -> RoundInput:
+    """The round a placement places: the jobs of `counts`, each asking for exactly that many
+    GPUs (requested_gpus) and, where `batches` names it, that total batch (fixed_bsz). Opt-ins
+    to freezing are dropped: a placement freezes nothing."""
+    batches = batches or {}
+    return replace(round_input, jobs=tuple(
+        replace(job, requested_gpus=counts[job.id], fixed_bsz=batches.get(job.id, job.fixed_bsz), freezing=None)
+        for job in round_input.jobs if job.id in counts))
+
+
+@dataclass
+class PlacementPolicy(ABC):
+    """PAL's simulator as a policy: `pal_queue` chooses the jobs that run, `place` their GPUs.
+
+    order: the queue's order (QUEUE_ORDERS); backfill: go on past a job that does not fit;
+    seed: the random placement's draws and the exact solvers' seed."""
+
+    order: str = "fifo"
+    backfill: bool = False
+    seed: int = 0
+    name: ClassVar[str]
+    batch_mode: ClassVar[str] = "fixed"
+    throughput_model: ClassVar[str] = "oracle"
+    _rng: np.random.Generator = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.order not in QUEUE_ORDERS:
+            raise ConfigError(f"order {self.order!r}: use one of {', '.join(QUEUE_ORDERS)}")
+        self._rng = np.random.default_rng(self.seed)
+
+    def schedule(self, round_input: RoundInput) -> RoundResult:
+        placed = self.place(gang_round(round_input, pal_queue(round_input, self.order, self.backfill)))
+        by_job = {a.job_id: a for a in placed.allocations}
+        allocations = tuple(by_job.get(job.id, JobAllocation(job.id)) for job in round_input.jobs)
+        verify(round_input, allocations)
+        return replace(placed, allocations=allocations)
+
+    @abstractmethod
+    def place(self, round_input: RoundInput) -> RoundResult:
+        """Every job of `round_input` on exactly its requested_gpus GPUs (gang_round builds such a
+        round): the verified RoundResult of that round."""
+
+
+@dataclass
+class GreedyPlacementPolicy(PlacementPolicy):
+    """Places with the placement function `greedy`; status heuristic."""
+
+    greedy: ClassVar[PlaceFunction]
+
+    def place(self, round_input: RoundInput) -> RoundResult:
+        t0 = time.perf_counter()
+        view = placement_view(round_input)
+        placement = self.greedy(view.pi, self._rng)
+        allocations = view.allocations(placement)
+        verify(round_input, allocations)
+        return RoundResult(allocations, HEURISTIC, self.name, placement_objective(view.pi, placement), math.nan,
+                           math.nan, 0.0, time.perf_counter() - t0, True)
+
+
+@dataclass
+class ExactPlacementPolicy(PlacementPolicy):
+    """Places with the "placement" round formulation solved by `solver` in `time_limit_s`."""
+
+    time_limit_s: float = 1.0
+    solver: ClassVar[str]
+
+    def place(self, round_input: RoundInput) -> RoundResult:
+        settings = Settings(formulation="placement", solver=self.solver, time_limit_s=self.time_limit_s, seed=self.seed)
+        return solve_round(replace(round_input, settings=settings))
+
+
+@dataclass
+class PalPolicy(GreedyPlacementPolicy):
+    name: ClassVar[str] = "pal"
+    greedy = staticmethod(pal_greedy)
+
+
+@dataclass
+class PmFirstPolicy(GreedyPlacementPolicy):
+    name: ClassVar[str] = "pm_first"
+    greedy = staticmethod(pm_first)
+
+
+@dataclass
+class PackedStickyPolicy(GreedyPlacementPolicy):
+    name: ClassVar[str] = "packed_sticky"
+    greedy = staticmethod(packed_sticky)
+
+
+@dataclass
+class PackedNonstickyPolicy(GreedyPlacementPolicy):
+    name: ClassVar[str] = "packed_nonsticky"
+    greedy = staticmethod(packed_nonsticky)
+
+
+@dataclass
+class RandomPlacementPolicy(GreedyPlacementPolicy):
+    name: ClassVar[str] = "random"
+    greedy = staticmethod(random_placement)
+
+
+@dataclass
+class MilpPolicy(ExactPlacementPolicy):
+    name: ClassVar[str] = "milp"
+    solver: ClassVar[str] = "highs"
+
+
+@dataclass
+class MilpCpsatPolicy(ExactPlacementPolicy):
+    name: ClassVar[str] = "milp_cpsat"
+    solver: ClassVar[str] = "cpsat"

@@ -15,6 +15,16 @@ does), with at most twice the GPUs it has been measured on (Pollux's exploration
 artifact's Optimus+Oracle assumes). NCF jobs of adaptive policies train on one GPU at batch
 32768, as the artifact pins them.
 
+One engine for every world. The world is data (ReplayConfig, WORLDS): the cluster's shape, racks
+and GPU variability (clusters.ClusterSpec; replay.world turns it into what jobs feel: a job's
+true step is the measured table's with compute x its slowest GPU's true factor for its class and
+sync x its spread's cost, while policies see only the cluster's tiers), the trace's jobs (Pollux
+workloads train until their completion epoch; Sia-Philly jobs in PAL's semantics carry a fixed
+work, TraceJob.work_s, done at 1 / (slowest factor x across-node factor) of full speed, times
+the measured scaling of a GPU count other than the requested one), and the semantics: round
+length, restart delay, when the first decision is taken, whether a job ends with its round.
+Every policy of the registry runs on every world; every round's answer is verified.
+
 Layer freezing (IceFrog-style, models.freezing): a seeded `freeze_opt_in` fraction of the jobs
 opt in with a penalty budget; the policy sees each one's progress, training length and budget
 left (JobSpec.freezing), and a job runs each round with the groups its allocation froze
@@ -34,16 +44,21 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
+from schedlab.clusters import VARIABILITY, ClusterSpec, make_cluster
 from schedlab.errors import ConfigError
 from schedlab.models.freezing import DEFAULT_BUDGET, layer_profile
 from schedlab.models.profiles import POLLUX_GPU_TYPE, shipped_profiles
 from schedlab.models.throughput import MeasuredTable
 from schedlab.policies.base import Policy
-from schedlab.replay.jobs import (Freezing, JobAgent, JobState, TraceJob, advance, isolated_time_s, reallocate,
-                                  remaining_steps)
+from schedlab.replay.jobs import (Freezing, JobAgent, JobState, TraceJob, advance, advance_work, isolated_time_s,
+                                  reallocate, remaining_steps)
 from schedlab.replay.metrics import summarize
 from schedlab.replay.truth import ApplicationTruth, application_truth, calibrated_truth
-from schedlab.state import Cluster, FreezePenalty, FreezeSpec, GradStats, JobSpec, Node, RoundInput, ThroughputParams
+from schedlab.replay.world import World
+from schedlab.traces import WORKS
+from schedlab.state import (FreezePenalty, FreezeSpec, GradStats, JobSpec, RoundInput, ThroughputParams,
+                            variability_class)
+from schedlab.verify import verify
 
 # What a job's model says before it has measured anything: Pollux's initial parameter guess
 # and gradient statistics that make larger batches worth nothing (gain 1).
@@ -68,10 +83,32 @@ class ReplayConfig:
     # application -> MeasuredTable from a calibration table (calibrate.table.measured_table):
     # that application's true step times; its gradient statistics stay Pollux's
     calibration: tuple[tuple[str, MeasuredTable], ...] = ()
+    # the cluster (clusters.ClusterSpec): racks and links, PAL's flat penalty, GPU variability
+    racks: int = 0
+    node_gbps: float = 100.0
+    uplink_gbps: float = 100.0
+    across_node_factor: float = 1.0
+    variability: str = "none"
+    cluster_seed: int = 0  # which measured GPUs the cluster draws, and PAL's k-means
+    # semantics: the first decision (None: one round in, as Pollux's simulator), and whether a
+    # job of fixed work is done at the end of the round it finishes in (PAL's simulator)
+    first_decision_s: float | None = None
+    finish_at_round_end: bool = False
+    # how this world reads a Sia-Philly trace (traces.sia_philly_jobs): jobs of fixed work,
+    # "iterations" or "seconds" of it per trace duration; None: a Pollux workload of the same arrivals
+    sia_philly_work: str | None = None
 
     def check(self) -> None:
         problems = [f"{k} must be > 0" for k in ("num_nodes", "gpus_per_node", "round_s", "horizon_s")
                     if not getattr(self, k) > 0]
+        if self.variability not in VARIABILITY:
+            problems.append(f"variability {self.variability!r}: use one of {', '.join(VARIABILITY)}")
+        if self.racks < 0 or self.across_node_factor < 1 or self.node_gbps <= 0 or self.uplink_gbps <= 0:
+            problems.append("racks >= 0, across_node_factor >= 1, node_gbps and uplink_gbps > 0")
+        if self.sia_philly_work not in (None, *WORKS):
+            problems.append(f"sia_philly_work {self.sia_philly_work!r}: use one of {', '.join(WORKS)}")
+        if self.first_decision_s is not None and self.first_decision_s < 0:
+            problems.append("first_decision_s must be >= 0")
         if not 0.0 <= self.freeze_opt_in <= 1.0:
             problems.append(f"freeze_opt_in {self.freeze_opt_in} must be a fraction in [0, 1]")
         if self.freeze_budget < 0:
@@ -86,6 +123,26 @@ class ReplayConfig:
     @property
     def total_gpus(self) -> int:
         return self.num_nodes * self.gpus_per_node
+
+    def cluster_spec(self) -> ClusterSpec:
+        return ClusterSpec(self.num_nodes, self.gpus_per_node, POLLUX_GPU_TYPE, self.racks, self.node_gbps,
+                           self.uplink_gbps, self.across_node_factor, self.variability, self.cluster_seed)
+
+
+# PAL's simulator (Jain et al. SC'24, github.com/hal-uw/blox-pal) as a world: 360 s rounds, no
+# restart delay, every GPU at a measured Longhorn GPU's slowest run (policies see its tiers), a job
+# spanning nodes 1.7x slower, the first decision at 0 and completions at a round's end. Its traces
+# are Sia-Philly jobs of fixed work (traces.sia_philly_jobs); its queue (FIFO, the cut at the first
+# job that does not fit) belongs to the placement policies (policies.placement).
+PAL_WORLD = ReplayConfig(round_s=360.0, restart_delay_s=0.0, horizon_s=120 * 86400.0, across_node_factor=1.7,
+                         variability="measured", first_decision_s=0.0, finish_at_round_end=True,
+                         sia_philly_work="iterations")
+WORLDS: dict[str, ReplayConfig] = {
+    "pollux": ReplayConfig(),  # the Pollux artifact's simulator
+    "pal": PAL_WORLD,
+    # the Pollux world on PAL's measured variability and 4 racks with 2:1 oversubscribed uplinks
+    "variability": ReplayConfig(racks=4, uplink_gbps=50.0, variability="measured"),
+}
 
 
 @dataclass(frozen=True)
@@ -104,6 +161,8 @@ class _JobRules:
 
 
 def _rules(job: TraceJob, truth: ApplicationTruth, policy: Policy, total_gpus: int) -> _JobRules:
+    if job.work_s is not None:  # a job of fixed work trains at its batch, up to the GPUs it scales to
+        return _JobRules(job.batch_size, min(truth.max_bsz // truth.min_local_bsz, total_gpus))
     if policy.batch_mode == "adaptive":
         if job.application in PINNED_ADAPTIVE:
             gpus, bsz = PINNED_ADAPTIVE[job.application]
@@ -134,7 +193,7 @@ def _opt_ins(jobs: tuple[TraceJob, ...], config: ReplayConfig) -> dict[str, Free
 def _job_spec(state: JobState, agent: JobAgent, truth: ApplicationTruth, rules: _JobRules, model: str,
               now_s: float, total_gpus: int, freezing: Freezing | None = None) -> JobSpec:
     job = state.job
-    if model == "oracle":
+    if model == "oracle" or job.work_s is not None:
         params = shipped_profiles()[job.application].params
         grad = truth.grad_stats(state.total_bsz or truth.init_bsz, min(state.epoch, truth.max_epochs - 1))
         explore_cap = MAX_REPLICAS
@@ -158,13 +217,33 @@ def _job_spec(state: JobState, agent: JobAgent, truth: ApplicationTruth, rules: 
         requested_gpus=job.num_replicas,
         requested_bsz=job.batch_size,
         attained_service_gpu_s=state.attained_gpu_s,
-        remaining_steps=remaining_steps(state, truth, rules.fixed_bsz),
+        remaining_steps=(job.work_s - state.progress if job.work_s is not None
+                         else remaining_steps(state, truth, rules.fixed_bsz)),
         freezing=_freeze_spec(state, truth, freezing),
+        app_class=job.app_class,
     )
 
 
-def make_cluster(config: ReplayConfig) -> Cluster:
-    return Cluster(tuple(Node(f"n{k}", config.gpus_per_node, POLLUX_GPU_TYPE) for k in range(config.num_nodes)))
+def work_speed(state: JobState, truth: ApplicationTruth, world: World, gpus_per_node: int) -> float:
+    """Seconds of work per second of a job of fixed work on its GPUs: the measured scaling of its
+    GPU count against the requested one (1 at the request), over its slowest GPU's true factor and
+    the across-node factor."""
+    job, r = state.job, len(state.gpus)
+    scale = 1.0
+    if r != job.num_replicas:
+        packed = lambda n: tuple(min(gpus_per_node, n - k) for k in range(0, n, gpus_per_node))  # noqa: E731
+        scale = (truth.step_time_s(packed(job.num_replicas), truth.split_fixed_batch(job.batch_size, job.num_replicas))
+                 / truth.step_time_s(packed(r), truth.split_fixed_batch(job.batch_size, r)))
+    cls = variability_class(job.application, job.app_class)
+    return scale / (world.slowest(state.gpus, cls) * world.spread_factor(state.gpus))
+
+
+def _step_scale(world: World, app_class: str):
+    """(tau, sync scale, across-node factor) of a world's GPUs for the epoch model; None where the
+    world changes nothing (so plain replays keep the measured times bit for bit)."""
+    if world.plain:
+        return None
+    return lambda gpus: (world.slowest(gpus, app_class), world.sync_scale(gpus), world.spread_factor(gpus))
 
 
 def replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig = ReplayConfig(),
@@ -184,8 +263,12 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
     if not jobs:
         raise ConfigError("the workload has no jobs")
     model = config.throughput_model or policy.throughput_model
-    cluster = make_cluster(config)
+    world = World(*make_cluster(config.cluster_spec()))
     total = config.total_gpus
+    too_big = [j for j in jobs if j.work_s is not None and j.num_replicas > total]
+    if too_big:
+        raise ConfigError(f"job {too_big[0].name} needs {too_big[0].num_replicas} GPUs, the cluster has {total}; "
+                          "use a larger cluster")
     calibrated = dict(config.calibration)
     truths = {j.name: calibrated_truth(j.application, calibrated[j.application]) if j.application in calibrated
               else application_truth(j.application) for j in jobs}
@@ -193,24 +276,25 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
     agents = {j.name: JobAgent(truths[j.name], adaptive=policy.batch_mode == "adaptive" and rules[j.name].fixed_bsz is None)
               for j in jobs}
     states = {j.name: JobState(j) for j in jobs}
+    scales = {j.name: _step_scale(world, variability_class(j.application, j.app_class)) for j in jobs}
     freezing = _opt_ins(jobs, config)
     rounds: list[dict] = []
-    now = 0.0
-    while now < config.horizon_s and not all(s.done for s in states.values()):
-        states = {k: advance(s, truths[k], agents[k], rules[k].fixed_bsz, now, config.round_s, freezing.get(k))
-                  for k, s in states.items()}
-        now += config.round_s
+    now = config.round_s if config.first_decision_s is None else config.first_decision_s
+    while True:
         states = {k: replace(s, gpus=()) if s.done and s.gpus else s for k, s in states.items()}
         active = [s for s in states.values() if s.job.submit_s <= now and not s.done]
         log = {"time_s": now, "active_jobs": len(active), "solve_ms": math.nan, "status": "", "objective": math.nan}
         if active:
-            ri = RoundInput(cluster, tuple(_job_spec(s, agents[s.job.name], truths[s.job.name], rules[s.job.name],
-                                                     model, now, total, freezing.get(s.job.name)) for s in active),
+            ri = RoundInput(world.seen, tuple(_job_spec(s, agents[s.job.name], truths[s.job.name], rules[s.job.name],
+                                                        model, now, total, freezing.get(s.job.name)) for s in active),
                             round_s=config.round_s)
             t0 = time.perf_counter()
             result = policy.schedule(ri)
             log |= {"solve_ms": 1e3 * (time.perf_counter() - t0), "status": result.status,
                     "objective": result.objective}
+            # every round of every replay, whatever the policy checked; budgets are the policy's
+            # business (static_freeze ignores them by design): the summary counts violations
+            verify(ri, result.allocations, budgets=False)
             for alloc in result.allocations:
                 s = states[alloc.job_id]
                 if set(alloc.gpus) != set(s.gpus):
@@ -222,9 +306,23 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
         rounds.append(log)
         if on_round:
             on_round(now, sum(s.done for s in states.values()))
+        if now >= config.horizon_s or all(s.done for s in states.values()):
+            break
+        states = {k: _advance(s, truths[k], agents[k], rules[k], now, config, freezing.get(k), scales[k], world)
+                  for k, s in states.items()}
+        now += config.round_s
     jobs_df = _jobs_frame(states, truths, config.gpus_per_node, freezing)
     rounds_df = pd.DataFrame(rounds)
     return ReplayResult(jobs_df, rounds_df, summarize(jobs_df, rounds_df, total, now) | _freeze_summary(jobs_df))
+
+
+def _advance(state: JobState, truth: ApplicationTruth, agent: JobAgent, rules: _JobRules, now_s: float,
+             config: ReplayConfig, freezing: Freezing | None, scale, world: World) -> JobState:
+    if state.job.work_s is not None:
+        if not state.gpus or state.done:
+            return state
+        return advance_work(state, work_speed(state, truth, world, config.gpus_per_node), now_s, config.round_s, config.finish_at_round_end)
+    return advance(state, truth, agent, rules.fixed_bsz, now_s, config.round_s, freezing, scale)
 
 
 def _freeze_summary(jobs: pd.DataFrame) -> dict:
@@ -251,7 +349,7 @@ def _jobs_frame(states: dict[str, JobState], truths: dict[str, ApplicationTruth]
     for name, s in states.items():
         job, truth = s.job, truths[name]
         packed = tuple(min(gpus_per_node, job.num_replicas - k) for k in range(0, job.num_replicas, gpus_per_node))
-        isolated = isolated_time_s(truth, packed, job.batch_size)
+        isolated = job.work_s if job.work_s is not None else isolated_time_s(truth, packed, job.batch_size)
         jct = s.completion_s - job.submit_s if s.done else math.nan
         rows.append({
             "name": name, "application": job.application, "submit_s": job.submit_s,
@@ -260,5 +358,6 @@ def _jobs_frame(states: dict[str, JobState], truths: dict[str, ApplicationTruth]
             "attained_gpu_s": s.attained_gpu_s, "epochs_done": s.epoch, "isolated_s": isolated,
             "ftf": jct / isolated if isolated > 0 else np.nan,
             "freeze_budget": freezing[name].budget if name in freezing else np.nan, "penalty_spent": s.penalty_spent,
+            "app_class": job.app_class, "work_s": job.work_s,
         })
     return pd.DataFrame(rows)

@@ -16,6 +16,7 @@ unfrozen times (its model describes the full step; freezing scales it analytical
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -29,13 +30,19 @@ from schedlab.state import FreezePenalty, GpuRef, GradStats, LayerGroup, Through
 
 @dataclass(frozen=True)
 class TraceJob:
-    """One job of a workload: what the user submitted."""
+    """One job of a workload: what the user submitted.
+
+    `work_s` set: a job of fixed work (PAL's simulator: seconds at full speed on its requested
+    GPUs, advance_work); unset: it trains until its completion epoch (Pollux's, advance).
+    `app_class`: its GPUs' variability class (default: from the application)."""
 
     name: str
     application: str
     submit_s: float
     num_replicas: int
     batch_size: int
+    work_s: float | None = None
+    app_class: str | None = None
 
 
 @dataclass(frozen=True)
@@ -129,19 +136,34 @@ class JobAgent:
         return BatchSplit(int(choice.local_bsz[0]), int(choice.accum_steps[0]))
 
 
+StepScale = Callable[[tuple[GpuRef, ...]], tuple[float, float, float] | None]
+
+
+def _scaled(step: float, sync: float, factors: tuple[float, float, float] | None) -> tuple[float, float]:
+    """The measured step and sync on a world's GPUs: compute x tau, sync x its spread's scale, the
+    whole x the across-node factor (replay.world); as measured where the world changes nothing."""
+    if factors is None:
+        return step, sync
+    tau, sync_scale, spread = factors
+    return ((step - sync) * tau + sync * sync_scale) * spread, sync * sync_scale * spread
+
+
 def advance(state: JobState, truth: ApplicationTruth, agent: JobAgent, fixed_bsz: int | None,
-            now_s: float, seconds: float, freezing: Freezing | None = None) -> JobState:
-    """The job's state `seconds` after `now_s` under its current allocation (and freeze level)."""
+            now_s: float, seconds: float, freezing: Freezing | None = None,
+            scale: StepScale | None = None) -> JobState:
+    """The job's state `seconds` after `now_s` under its current allocation (and freeze level);
+    `scale(gpus)` gives the world's (tau, sync scale, across-node factor) on those GPUs."""
     r = len(state.gpus)
     if r == 0 or state.done:
         return state
     delay = min(state.rescale_left_s, seconds)
     s = replace(state, rescale_left_s=state.rescale_left_s - delay, attained_gpu_s=state.attained_gpu_s + delay * r)
     now_s, seconds = now_s + delay, seconds - delay
+    factors = scale(state.gpus) if scale is not None else None
     while seconds > 0 and not s.done:
         placement, split = s.placement, s.split
         total = split.total_bsz(r)
-        step, sync = truth.step_sync_s(placement, split.local_bsz)
+        step, sync = _scaled(*truth.step_sync_s(placement, split.local_bsz), factors)
         agent.observe(len(placement), r, split.local_bsz, step, sync)
         pi = 0.0
         if freezing is not None and s.frozen_groups:
@@ -169,6 +191,24 @@ def advance(state: JobState, truth: ApplicationTruth, agent: JobAgent, fixed_bsz
         if agent.adaptive and not s.done:
             s = replace(s, split=agent.choose_split(s, fixed_bsz))
     return s
+
+
+def advance_work(state: JobState, speed: float, now_s: float, seconds: float, round_end: bool) -> JobState:
+    """A job of fixed work (PAL's simulator): after its restart delay it does `speed` seconds of
+    work per second; done when its work is, at that instant or, with `round_end`, at the end of
+    this round (the artifact records completions at its next round)."""
+    r = len(state.gpus)
+    if r == 0 or state.done:
+        return state
+    delay = min(state.rescale_left_s, seconds)
+    left = state.job.work_s - state.progress
+    run_s = seconds - delay
+    if left > run_s * speed:
+        return replace(state, progress=state.progress + run_s * speed, rescale_left_s=state.rescale_left_s - delay,
+                       attained_gpu_s=state.attained_gpu_s + seconds * r)
+    busy_s = seconds if round_end else delay + left / speed
+    return replace(state, progress=state.job.work_s, rescale_left_s=0.0, attained_gpu_s=state.attained_gpu_s + busy_s * r,
+                   completion_s=now_s + busy_s)
 
 
 def reallocate(state: JobState, agent: JobAgent, gpus: tuple[GpuRef, ...], fixed_bsz: int | None,

@@ -45,6 +45,8 @@ _INTEGRAL_TOL = 1e-9
 def solve_highs(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: int = 0,
                 lp_first: bool = True) -> SolveOutcome:
     t0 = time.perf_counter()
+    if not model.num_cols:  # nothing to decide (no job has an option): optimal at the offset
+        return SolveOutcome(OPTIMAL, np.zeros(0), model.offset, model.offset, 0.0, "empty model")
     if lp_first and model.integer.any():
         relaxed = _run(model, np.zeros_like(model.integer), time_limit_s, mip_gap, seed)
         if relaxed.status == OPTIMAL and _integral(relaxed.values, model):

@@ -2,6 +2,7 @@
 
     [sweep]
     name = "pollux-artifact"        # default output folder: results/<name>
+    world = "pollux"                # the world's defaults (replay.engine.WORLDS): pollux, pal, variability
     baseline = "tiresias"           # policy label the report compares against
     metric = "mean_jct_s"           # the report's headline metric
 
@@ -23,9 +24,17 @@
     opt_in = [0.0, 1.0]             # fraction of jobs opting in to layer freezing (seeded)
     penalty_scale = [1.0]           # x the default frozen-penalty scale (models.freezing)
     budget = [0.03]                 # each opted-in job's accuracy-penalty budget
+    across_node = [1.7]             # the world's cluster and semantics (WORLD_AXES), default the
+    racks = [4]                     #   world's own: PAL's flat penalty, racks, their uplinks,
+    uplink_gbps = [50.0]            #   GPU variability (none, measured, centroids) and how
+    variability = ["measured"]      #   Sia-Philly durations count as work (iterations, seconds)
+    work = ["iterations"]
+    order = ["fifo"]                # set on the policies that have the field (POLICY_AXES):
+    backfill = [false]              #   the placement policies' queue
 
-A cell is a plain JSON-able dict; its key hashes the cell and the package version, so a
-changed config or a new release never reuses a stale result.
+Every policy runs on every world: the world only supplies defaults. A cell is a plain
+JSON-able dict; its key hashes the cell and the package version, so a changed config or a new
+release never reuses a stale result.
 """
 
 from __future__ import annotations
@@ -41,23 +50,24 @@ from typing import Any
 
 from schedlab import __version__
 from schedlab.errors import ConfigError
-from schedlab.policies import POLICIES
-from schedlab.policies.placement import PLACEMENT_POLICIES
-from schedlab.replay.pal import ORDERS, SLOWDOWNS, WORKS
+from schedlab.clusters import VARIABILITY
+from schedlab.policies import make_policy
+from schedlab.policies.placement import QUEUE_ORDERS
+from schedlab.replay.engine import WORLDS
+from schedlab.traces import WORKS
 
+# grid axis -> the ReplayConfig field it sets; its default is the world's own value
+WORLD_AXES = {"nodes": "num_nodes", "gpus_per_node": "gpus_per_node", "round_s": "round_s",
+              "across_node": "across_node_factor", "racks": "racks", "uplink_gbps": "uplink_gbps",
+              "variability": "variability", "work": "sia_philly_work"}
+RUN_DEFAULTS = {"seeds": [0], "load": [1.0], "model": ["policy"], "opt_in": [0.0], "penalty_scale": [1.0],
+                "budget": [0.03]}
+POLICY_AXES = ("order", "backfill")  # set on the policies that have the field, in cells only when given
 SECTIONS = {
     "sweep": {"name", "baseline", "metric", "world"},
     "traces": {"workloads", "sia_philly", "synthetic", "philly", "max_jobs"},
-    "grid": {"policies", "seeds", "load", "nodes", "gpus_per_node", "round_s", "model", "across_node", "order",
-             "work", "slowdowns", "backfill", "opt_in", "penalty_scale", "budget"},
+    "grid": {"policies", *RUN_DEFAULTS, *WORLD_AXES, *POLICY_AXES},
 }
-GRID_DEFAULTS = {"seeds": [0], "load": [1.0], "nodes": [16], "gpus_per_node": [4], "round_s": [60.0],
-                 "model": ["policy"], "opt_in": [0.0], "penalty_scale": [1.0], "budget": [0.03]}
-# PAL's world (replay.pal): raw Sia-Philly traces, placement policies, its own axes and defaults.
-PAL_GRID_DEFAULTS = {"seeds": [0], "load": [1.0], "nodes": [16], "gpus_per_node": [4], "round_s": [360.0],
-                     "across_node": [1.7], "order": ["fifo"], "work": ["iterations"], "slowdowns": ["measured"],
-                     "backfill": [False]}
-WORLDS = ("pollux", "pal")
 MODELS = ("policy", "online", "oracle")
 SAMPLER_KEYS = {"synthetic": {"jobs", "jobs_per_hour", "mix"}, "philly": {"jobs", "start_hour", "duration_h"}}
 
@@ -117,15 +127,10 @@ def parse_sweep(text: str, source: str = "sweep config",
     world = head.get("world", "pollux")
     if world not in WORLDS:
         raise where.error("world", f"sweep.world {world!r}: use one of {', '.join(WORLDS)}")
-    defaults = PAL_GRID_DEFAULTS if world == "pal" else GRID_DEFAULTS
-    for key in grid:
-        if key != "policies" and key not in defaults:
-            raise where.error(key, f"grid.{key} does not apply to world = {world!r}; "
-                                   f"use {', '.join(sorted(defaults))}")
+    defaults = RUN_DEFAULTS | {axis: [getattr(WORLDS[world], field)] for axis, field in WORLD_AXES.items()}
+    defaults |= {axis: grid[axis] for axis in POLICY_AXES if axis in grid}
     traces = _traces(traces_raw, where)
-    if world == "pal" and any(t["kind"] != "sia_philly" for t in traces):
-        raise where.error("traces", "world = 'pal' replays Sia-Philly traces only: set traces.sia_philly")
-    policies = _policies(grid.get("policies"), where, world)
+    policies = _policies(grid.get("policies"), where)
     axes = {k: _axis(grid.get(k, v), k, where) for k, v in defaults.items()}
     _check_axes(axes, where)
     max_jobs = traces_raw.get("max_jobs")
@@ -137,15 +142,11 @@ def parse_sweep(text: str, source: str = "sweep config",
         raise where.error("baseline", f"sweep.baseline {baseline!r} is not among the policies {labels}")
     cells = []
     names = list(defaults)
+    floats = ("load", "round_s", "opt_in", "penalty_scale", "budget", "across_node", "uplink_gbps")
     for trace, policy, *values in itertools.product(traces, policies, *(axes[k] for k in names)):
-        cell = {"trace": trace, "max_jobs": max_jobs, "policy": policy, **dict(zip(names, values))}
-        seed = cell.pop("seeds")
-        cell = {**cell, "seed": seed, "load": float(cell["load"]), "round_s": float(cell["round_s"])}
-        if world == "pal":
-            cell = {**cell, "world": "pal", "across_node": float(cell["across_node"])}
-        else:
-            cell = {**cell, **{k: float(cell[k]) for k in ("opt_in", "penalty_scale", "budget")}}
-        cells.append(cell)
+        cell = {"trace": trace, "max_jobs": max_jobs, "policy": policy, "world": world, **dict(zip(names, values))}
+        cell["seed"] = cell.pop("seeds")
+        cells.append(cell | {k: float(cell[k]) for k in floats})
     return Sweep(str(head.get("name", Path(source).stem)), baseline, str(head.get("metric", "mean_jct_s")),
                  tuple(cells), text)
 
@@ -200,23 +201,19 @@ def _traces(raw: dict[str, Any], where: _Where) -> list[dict[str, Any]]:
     return traces
 
 
-def _policies(raw: Any, where: _Where, world: str) -> list[dict[str, Any]]:
+def _policies(raw: Any, where: _Where) -> list[dict[str, Any]]:
     if not isinstance(raw, list) or not raw:
         raise where.error("policies", "grid.policies must be a non-empty list of names or {name = ..., ...} tables")
-    registry = PLACEMENT_POLICIES if world == "pal" else POLICIES
     out = []
     for entry in raw:
         spec = {"name": entry} if isinstance(entry, str) else dict(entry) if isinstance(entry, dict) else None
-        if spec is None or spec.get("name") not in registry:
-            name = spec.get("name") if spec else entry
-            raise where.error("policies", f"grid.policies: unknown {'placement ' if world == 'pal' else ''}policy "
-                              f"{name!r}; use one of {', '.join(sorted(registry))}",
-                              value=name if isinstance(name, str) else None)
+        name = spec.get("name") if spec else entry
+        try:
+            make_policy(name)
+        except ConfigError as exc:
+            raise where.error("policies", f"grid.policies: {exc}", value=name if isinstance(name, str) else None) from None
         name = spec.pop("name")
         label = str(spec.pop("label", name))
-        if world == "pal" and set(spec) - {"time_limit_s"}:
-            bad = sorted(set(spec) - {"time_limit_s"})[0]
-            raise where.error(bad, f"grid.policies: placement policy {name!r} takes only time_limit_s, not {bad!r}")
         out.append({"name": name, "label": label, "params": spec})
     labels = [p["label"] for p in out]
     if len(set(labels)) != len(labels):
@@ -232,22 +229,22 @@ def _axis(value: Any, key: str, where: _Where) -> list[Any]:
 
 
 def _check_axes(axes: dict[str, list[Any]], where: _Where) -> None:
-    for key in ("seeds", "nodes", "gpus_per_node"):
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= (0 if key == "seeds" else 1) for v in axes[key]):
-            raise where.error(key, f"grid.{key} must hold integers >= {0 if key == 'seeds' else 1}")
-    for key in ("load", "round_s", "across_node", "penalty_scale"):
-        if key not in axes:
-            continue
-        if not all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in axes[key]):
+    number = lambda v: isinstance(v, int | float) and not isinstance(v, bool)  # noqa: E731
+    for key in ("seeds", "nodes", "gpus_per_node", "racks"):
+        low = 1 if key in ("nodes", "gpus_per_node") else 0
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= low for v in axes[key]):
+            raise where.error(key, f"grid.{key} must hold integers >= {low}")
+    for key in ("load", "round_s", "penalty_scale", "uplink_gbps"):
+        if not all(number(v) and v > 0 for v in axes[key]):
             raise where.error(key, f"grid.{key} must hold numbers > 0")
+    if not all(number(v) and v >= 1 for v in axes["across_node"]):
+        raise where.error("across_node", "grid.across_node must hold numbers >= 1")
     for key, hi in (("opt_in", 1.0), ("budget", 1.0)):
-        if key in axes and not all(isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= hi
-                                   for v in axes[key]):
+        if not all(number(v) and 0 <= v <= hi for v in axes[key]):
             raise where.error(key, f"grid.{key} must hold numbers in [0, {hi:g}]")
-    if not all(m in MODELS for m in axes.get("model", [])):
-        raise where.error("model", f"grid.model must be among {MODELS}")
-    for key, allowed in (("order", ORDERS), ("work", WORKS), ("slowdowns", SLOWDOWNS)):
+    for key, allowed in (("model", MODELS), ("variability", tuple(VARIABILITY)), ("work", (None, *WORKS)),
+                         ("order", tuple(QUEUE_ORDERS))):
         if not all(v in allowed for v in axes.get(key, [])):
-            raise where.error(key, f"grid.{key} must be among {allowed}")
+            raise where.error(key, f"grid.{key} must be among {[a for a in allowed if a is not None]}")
     if not all(isinstance(v, bool) for v in axes.get("backfill", [])):
         raise where.error("backfill", "grid.backfill must hold true or false")

@@ -22,8 +22,8 @@ from schedlab.sweep.config import cell_key, load_sweep, trace_label
 from schedlab.sweep.run import CellStore, records_frame
 
 FORMATS = ("md", "csv", "latex")
-AXES = ("load", "cluster", "round_s", "model", "across_node", "order", "work", "slowdowns", "backfill", "opt_in",
-        "penalty_scale", "budget")
+AXES = ("world", "load", "cluster", "round_s", "model", "across_node", "racks", "uplink_gbps", "variability", "order",
+        "work", "backfill", "opt_in", "penalty_scale", "budget")
 
 
 def ci95(values: pd.Series) -> float:

@@ -10,6 +10,7 @@ so a Dask cluster needs no shared file system.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 import json
 import logging
 import multiprocessing
@@ -27,30 +28,47 @@ from threadpoolctl import threadpool_limits
 
 from schedlab import __version__
 from schedlab.errors import ConfigError
-from schedlab.policies import POLICIES, make_policy
-from schedlab.replay.engine import ReplayConfig, replay
-from schedlab.replay.pal import PalConfig, pal_replay
+from schedlab.policies import make_policy
+from schedlab.replay.engine import WORLDS, ReplayConfig, replay
+from schedlab.replay.jobs import TraceJob
 from schedlab.state import FreezePenalty
-from schedlab.sweep.config import Sweep, cell_key, trace_label
-from schedlab.traces import (load_sia_philly, load_workload, philly_workload, synthetic_workload, trace_jobs,
-                             workload_from_sia_philly)
+from schedlab.sweep.config import POLICY_AXES, WORLD_AXES, Sweep, cell_key, trace_label
+from schedlab.traces import (load_sia_philly, load_workload, philly_workload, sia_philly_jobs, synthetic_workload,
+                             trace_jobs, workload_from_sia_philly)
 
 ENGINES = ("local", "dask")
 TIMING_KEYS = ("solve_p50_ms", "solve_p95_ms", "solve_max_ms")  # vary run to run; all else is exact
 
 
-def build_workload(cell: dict[str, Any]) -> pd.DataFrame:
-    """The cell's trace as a Pollux workload: sampled with the cell's seed, scaled by load."""
+def cell_config(cell: dict[str, Any]) -> ReplayConfig:
+    """The cell's world: its world's ReplayConfig with the cell's axes (sweep.config.WORLD_AXES)."""
+    return replace(WORLDS[cell["world"]], **{field: cell[axis] for axis, field in WORLD_AXES.items()},
+                   throughput_model=None if cell["model"] == "policy" else cell["model"],
+                   freeze_opt_in=cell["opt_in"], freeze_budget=cell["budget"], freeze_seed=cell["seed"],
+                   freeze_penalty=FreezePenalty(scale=FreezePenalty().scale * cell["penalty_scale"]),
+                   cluster_seed=cell["seed"])
+
+
+def build_jobs(cell: dict[str, Any], config: ReplayConfig) -> tuple[TraceJob, ...]:
+    """The cell's trace as jobs, sampled with the cell's seed, its first max_jobs, scaled by load.
+    A Sia-Philly trace is jobs of fixed work where the world says so (sia_philly_work)."""
     trace, rng = cell["trace"], np.random.default_rng(cell["seed"])
+    if trace["kind"] == "sia_philly" and config.sia_philly_work:
+        raw = _first_jobs_at_load(load_sia_philly(trace["name"]), "submit_time", cell)
+        return sia_philly_jobs(raw, config.sia_philly_work)
+    return trace_jobs(_first_jobs_at_load(build_workload(cell, rng), "time", cell))
+
+
+def build_workload(cell: dict[str, Any], rng: np.random.Generator) -> pd.DataFrame:
+    """The cell's trace as a Pollux workload."""
+    trace = cell["trace"]
     if trace["kind"] == "workload":
-        df = load_workload(trace["name"])
-    elif trace["kind"] == "sia_philly":
-        df = workload_from_sia_philly(load_sia_philly(trace["name"]), rng)
-    elif trace["kind"] == "synthetic":
-        df = synthetic_workload(trace["jobs"], trace["jobs_per_hour"], rng, trace.get("mix"))
-    else:
-        df = philly_workload(trace["jobs"], rng, trace.get("start_hour", 2), trace.get("duration_h", 8))
-    return _first_jobs_at_load(df, "time", cell)
+        return load_workload(trace["name"])
+    if trace["kind"] == "sia_philly":
+        return workload_from_sia_philly(load_sia_philly(trace["name"]), rng)
+    if trace["kind"] == "synthetic":
+        return synthetic_workload(trace["jobs"], trace["jobs_per_hour"], rng, trace.get("mix"))
+    return philly_workload(trace["jobs"], rng, trace.get("start_hour", 2), trace.get("duration_h", 8))
 
 
 def _first_jobs_at_load(df: pd.DataFrame, time_col: str, cell: dict[str, Any]) -> pd.DataFrame:
@@ -61,11 +79,14 @@ def _first_jobs_at_load(df: pd.DataFrame, time_col: str, cell: dict[str, Any]) -
 
 
 def make_cell_policy(cell: dict[str, Any]):
-    """The cell's policy; a seeded policy takes the cell's seed unless its params set one."""
+    """The cell's policy; the cell's seed and policy axes (order, backfill) go to every policy
+    with such a field, unless its params set one."""
     spec = cell["policy"]
     params = dict(spec["params"])
-    if "seed" in {f.name for f in dataclasses.fields(POLICIES[spec["name"]])}:
-        params.setdefault("seed", cell["seed"])
+    fields = {f.name for f in dataclasses.fields(make_policy(spec["name"]))}
+    for key, value in {"seed": cell["seed"], **{a: cell[a] for a in POLICY_AXES if a in cell}}.items():
+        if key in fields:
+            params.setdefault(key, value)
     return make_policy(spec["name"], params)
 
 
@@ -77,7 +98,8 @@ def execute(cell: dict[str, Any]) -> dict[str, Any]:
         # One BLAS thread: with every core busy running cells, OpenBLAS's spinning workers
         # made the small interpolations of trace sampling up to 500x slower.
         with threadpool_limits(limits=1, user_api="blas"):
-            result = _pal_replay(cell) if cell.get("world") == "pal" else _pollux_replay(cell)
+            config = cell_config(cell)
+            result = replay(build_jobs(cell, config), make_cell_policy(cell), config)
     except Exception:  # noqa: BLE001 - a failed cell is recorded, the sweep goes on
         return {"key": key, "version": __version__, "cell": cell, "error": traceback.format_exc()}
     rounds = result.rounds
@@ -86,25 +108,6 @@ def execute(cell: dict[str, Any]) -> dict[str, Any]:
             "rounds": {"time_s": rounds.time_s.tolist(), "gpus_used": rounds.gpus_used.astype(int).tolist(),
                        "solve_ms": rounds.solve_ms.dropna().round(3).tolist()},
             "cpu_s": time.process_time() - c0, "wall_s": time.perf_counter() - t0}
-
-
-def _pollux_replay(cell: dict[str, Any]):
-    config = ReplayConfig(num_nodes=cell["nodes"], gpus_per_node=cell["gpus_per_node"], round_s=cell["round_s"],
-                          throughput_model=None if cell["model"] == "policy" else cell["model"],
-                          freeze_opt_in=cell["opt_in"], freeze_budget=cell["budget"], freeze_seed=cell["seed"],
-                          freeze_penalty=FreezePenalty(scale=FreezePenalty().scale * cell["penalty_scale"]))
-    return replay(trace_jobs(build_workload(cell)), make_cell_policy(cell), config)
-
-
-def _pal_replay(cell: dict[str, Any]):
-    """PAL's world: the raw Sia-Philly trace, a placement policy, PAL's axes."""
-    trace = _first_jobs_at_load(load_sia_philly(cell["trace"]["name"]), "submit_time", cell)
-    params = cell["policy"]["params"]
-    config = PalConfig(num_nodes=cell["nodes"], gpus_per_node=cell["gpus_per_node"], round_s=cell["round_s"],
-                       across_node=cell["across_node"], order=cell["order"], seed=cell["seed"], work=cell["work"],
-                       slowdowns=cell["slowdowns"], backfill=cell["backfill"],
-                       placement_time_limit_s=params.get("time_limit_s", PalConfig.placement_time_limit_s))
-    return pal_replay(trace, cell["policy"]["name"], config)
 
 
 class CellStore:
@@ -235,11 +238,12 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
     rows = []
     for r in records:
         c = r["cell"]
-        rows.append({"trace": trace_label(c["trace"]), "policy": c["policy"]["label"], "seed": c["seed"],
-                     "load": c["load"], "cluster": f"{c['nodes']}x{c['gpus_per_node']}", "round_s": c["round_s"],
-                     "model": c.get("model"), "across_node": c.get("across_node"), "order": c.get("order"),
-                     "work": c.get("work"), "slowdowns": c.get("slowdowns"), "backfill": c.get("backfill"),
-                     "opt_in": c.get("opt_in"), "penalty_scale": c.get("penalty_scale"), "budget": c.get("budget"),
+        rows.append({"trace": trace_label(c["trace"]), "policy": c["policy"]["label"], "world": c["world"],
+                     "seed": c["seed"], "load": c["load"], "cluster": f"{c['nodes']}x{c['gpus_per_node']}",
+                     "round_s": c["round_s"], "model": c["model"], "across_node": c["across_node"],
+                     "racks": c["racks"], "uplink_gbps": c["uplink_gbps"], "variability": c["variability"],
+                     "work": c["work"], "order": c.get("order"), "backfill": c.get("backfill"),
+                     "opt_in": c["opt_in"], "penalty_scale": c["penalty_scale"], "budget": c["budget"],
                      **r["summary"], "cpu_s": r["cpu_s"], "key": r["key"]})
     return pd.DataFrame(rows)
 
