@@ -154,3 +154,20 @@ def test_decode_realizes_every_optimum_on_larger_rounds():
         ri = _with_world(rng, tiny_round(rng, max_jobs=12, max_nodes=6), racks=bool(case % 2))
         result = solve_round(replace(ri, settings=replace(ri.settings, formulation="joint")))
         assert result.status == "optimal" and result.verified
+
+
+def test_joint_folds_freeze_levels_in_as_the_goodput_round_does():
+    from schedlab.bench import random_round
+
+    rng = np.random.default_rng(9)
+    froze = False
+    for p in (1.0, -1.0):
+        for _ in range(4):
+            ri = random_round(rng, 16, 8, settings=replace(tiny_round(rng).settings, p=p, mip_gap=0.0),
+                              freeze_fraction=1.0)
+            goodput = solve_round(ri)
+            joint = solve_round(ri, formulation="joint")
+            assert joint.status == goodput.status == "optimal"
+            assert joint.objective == pytest.approx(goodput.objective, abs=1e-6 * max(1.0, abs(goodput.objective)))
+            froze |= any(a.frozen_groups for a in joint.allocations)
+    assert froze  # the rounds did exercise freezing

@@ -42,7 +42,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from schedlab.formulations.options import OptionSet, enumerate_options, option_best_batch, prune_dominated, utility
+from schedlab.formulations.options import OptionSet, enumerate_options, utility
 from schedlab.models.freezing import level_penalties, level_scales, scaled_params
 from schedlab.state import JobSpec, RoundInput
 
@@ -89,7 +89,13 @@ def _per_job(jobs: tuple[JobSpec, ...], top: int, round_s: float):
 
 def enumerate_freeze_options(round_input: RoundInput, prune: bool = True) -> OptionSet:
     """Every job's options (c, k*(c)) with effective speedup, utility and penalty spent."""
-    base = enumerate_options(round_input, prune=False)
+    return fold_freeze_levels(round_input, enumerate_options(round_input, prune=False), prune)
+
+
+def fold_freeze_levels(round_input: RoundInput, base, prune: bool = True):
+    """`base` (every option of a round, unpruned: an OptionSet, or the joint model's options)
+    with each option at its best admissible freeze level k*(c). The base revalues its options for
+    other jobs (`revalue`), knows its dominance (`undominated`) and selects options (`subset`)."""
     jobs, s = round_input.jobs, round_input.settings
     top = max((job.freezing.top_level for job in jobs if job.freezing), default=0)
     n = base.num_options
@@ -116,7 +122,7 @@ def enumerate_freeze_options(round_input: RoundInput, prune: bool = True) -> Opt
     which = np.concatenate(rows_of[1:]) if top else np.zeros(0, dtype=int)
     if len(which):  # every frozen (level, option) valued in one vectorized best-batch call
         level = np.concatenate([np.full(len(r), k) for k, r in enumerate(rows_of) if k])
-        choice = option_best_batch(base, _frozen_variants(jobs, top), which, (level - 1) * len(jobs) + jc[which])
+        choice = base.revalue(which, _frozen_variants(jobs, top), (level - 1) * len(jobs) + jc[which])
         goodput[level, which], local[level, which], accum[level, which] = choice.goodput, choice.local_bsz, choice.accum_steps
     for k, rows in enumerate(rows_of):
         g, pi = goodput[k, rows], pi_jk[jc[rows], k]
@@ -131,13 +137,11 @@ def enumerate_freeze_options(round_input: RoundInput, prune: bool = True) -> Opt
     eff = np.where(keep, value[best, col], 0.0)
     if prune:
         util = np.where(keep, utility(np.where(keep, eff, 1.0), s.p), -np.inf)
-        keep &= prune_dominated(base.job, base.group, base.num_gpus, util)
-    stay_nodes = {j: c for j, c in base.stay_nodes.items() if np.any(keep & (base.job == j) & base.stay)}
+        keep &= base.undominated(util)
     pick = np.flatnonzero(keep)
     k_pick = best[pick]
     return replace(
-        base, job=base.job[pick], group=base.group[pick], num_nodes=base.num_nodes[pick],
-        num_gpus=base.num_gpus[pick], goodput=goodput[k_pick, pick], speedup=speed[k_pick, pick],
-        penalized_speedup=eff[pick], utility=utility(eff[pick], s.p), local_bsz=local[k_pick, pick],
-        accum_steps=accum[k_pick, pick], stay_nodes=stay_nodes, frozen_groups=k_pick, freeze_penalty=spent[k_pick, pick],
+        base.subset(pick), goodput=goodput[k_pick, pick], speedup=speed[k_pick, pick], penalized_speedup=eff[pick],
+        utility=utility(eff[pick], s.p), local_bsz=local[k_pick, pick], accum_steps=accum[k_pick, pick],
+        frozen_groups=k_pick, freeze_penalty=spent[k_pick, pick],
     )

@@ -68,19 +68,20 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyomo.environ as pyo
 import scipy.sparse as sp
 
+from schedlab.formulations.freezing import fold_freeze_levels, has_freezing
 from schedlab.formulations.goodput import max_min_weight
 from schedlab.formulations.options import (chain_levels, multi_node_counts, node_groups, prune_dominated,
                                            restart_factor, unallocated_utility, utility)
 from schedlab.formulations.options import _fair_shape as fair_shape
 from schedlab.formulations.options import _values as field_values
 from schedlab.formulations.packing import NodeState
-from schedlab.models.efficiency import best_batch
+from schedlab.models.efficiency import BatchChoice, best_batch
 from schedlab.solvers.arrays import MilpArrays
 from schedlab.state import (BatchLimits, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, ThroughputParams,
                             Topology)
@@ -177,7 +178,10 @@ def joint_cluster(ri: RoundInput) -> Cluster:
 
 @dataclass(frozen=True)
 class JointOptions:
-    """Every option of the round (columnar, as formulations.options.OptionSet) and its structure."""
+    """Every option of the round (columnar, as formulations.options.OptionSet) and its structure.
+
+    comp_id[c] indexes compositions[pool[c]] for a composition (-1 otherwise); gpu_type, tau and
+    sync_scale are what an option's value was computed from (so freezing can revalue it)."""
 
     round_input: RoundInput
     cluster: Cluster
@@ -186,7 +190,11 @@ class JointOptions:
     pool: np.ndarray
     num_nodes: np.ndarray
     num_gpus: np.ndarray
-    comp: tuple[tuple[int, ...], ...]
+    comp_id: np.ndarray
+    gpu_type: np.ndarray
+    tau: np.ndarray
+    sync_scale: np.ndarray
+    compositions: dict[int, list[tuple[int, ...]]]  # heterogeneous pool -> its compositions
     multi: tuple[Multi, ...]  # indexed by pool[c] of multi options
     goodput: np.ndarray
     speedup: np.ndarray
@@ -196,6 +204,8 @@ class JointOptions:
     accum_steps: np.ndarray
     U0: np.ndarray
     stay_gpus: dict[int, dict[int, tuple[int, ...]]]  # job with a stay option -> node -> GPU indices
+    frozen_groups: np.ndarray | None = None  # freeze level of each option (formulations.freezing)
+    freeze_penalty: np.ndarray | None = None  # accuracy penalty each option spends this round
 
     @property
     def num_options(self) -> int:
@@ -207,6 +217,26 @@ class JointOptions:
 
     def stay_option(self, j: int) -> int:
         return int(np.flatnonzero((self.job == j) & (self.kind == STAY))[0])
+
+    def comp(self, c: int) -> tuple[int, ...]:
+        """Option c's GPUs per slice of its heterogeneous node (() for other kinds)."""
+        return self.compositions[self.pool[c]][self.comp_id[c]] if self.kind[c] == COMP else ()
+
+    def revalue(self, which: np.ndarray, jobs: tuple[JobSpec, ...], job_of: np.ndarray) -> BatchChoice:
+        """The best batch of options `which`, each valued as jobs[job_of[i]] (e.g. layers frozen)."""
+        return BatchChoice(*_value(jobs, np.asarray(job_of, int), self.gpu_type[which], self.num_nodes[which],
+                                   self.num_gpus[which], self.tau[which], self.sync_scale[which],
+                                   self.cluster.across_node_factor))
+
+    def undominated(self, util: np.ndarray) -> np.ndarray:
+        return _undominated(self, util)
+
+    def subset(self, pick: np.ndarray) -> JointOptions:
+        kept = set(self.job[pick[self.kind[pick] == STAY]].tolist())
+        rows = {name: getattr(self, name)[pick] for name in (
+            "job", "kind", "pool", "num_nodes", "num_gpus", "comp_id", "gpu_type", "tau", "sync_scale", "goodput",
+            "speedup", "penalized_speedup", "utility", "local_bsz", "accum_steps")}
+        return replace(self, **rows, stay_gpus={j: g for j, g in self.stay_gpus.items() if j in kept})
 
 
 def compositions(pool: Pool) -> list[tuple[int, ...]]:
@@ -330,27 +360,29 @@ def _fair_goodput(ri: RoundInput) -> np.ndarray:
     return out
 
 
-def _undominated(o: dict[str, np.ndarray], util: np.ndarray, comps: dict[int, list], num_jobs: int) -> np.ndarray:
+def _undominated(o: JointOptions, util: np.ndarray) -> np.ndarray:
     """Options that no other option of the same job beats with a subset of its resources:
     within a pool or multi-node definition a larger shape must be worth more (prune_dominated);
     on a heterogeneous node a composition must be worth more than every one it contains."""
-    kind, pool, job = o["kind"], o["pool"], o["job"]
+    kind, pool, job = o.kind, o.pool, o.job
     key = np.where(kind == SINGLE, pool, np.where(kind == MULTI, pool + 1 + pool.max(initial=0), -1))
-    keep = prune_dominated(job, key, o["gpus"], util)
-    for p, comp_list in comps.items():
+    keep = prune_dominated(job, key, o.num_gpus, util)
+    for p, comp_list in o.compositions.items():
         mine = np.flatnonzero((kind == COMP) & (pool == p))
         if not len(mine):
             continue
         M = np.array(comp_list)
         contains = (M[:, None, :] <= M[None, :, :]).all(axis=2) & ~np.eye(len(M), dtype=bool)  # [i', i]: i' in i
-        value = np.full((num_jobs, len(M)), -np.inf)
-        value[job[mine], o["comp"][mine]] = util[mine]
+        value = np.full((o.num_jobs, len(M)), -np.inf)
+        value[job[mine], o.comp_id[mine]] = util[mine]
         beaten = ((value[:, :, None] >= value[:, None, :]) & contains[None]).any(axis=1)
-        keep[mine] &= ~beaten[job[mine], o["comp"][mine]]
+        keep[mine] &= ~beaten[job[mine], o.comp_id[mine]]
     return keep
 
 
-def enumerate_joint_options(ri: RoundInput) -> JointOptions:
+def enumerate_joint_options(ri: RoundInput, prune: bool = True) -> JointOptions:
+    """Every job's options with goodput, speedup and utility; prune=False keeps dominated ones
+    (freezing folds its levels in before pruning)."""
     jobs, settings = ri.jobs, ri.settings
     cl = joint_cluster(ri)
     node_index = {n.id: k for k, n in enumerate(ri.cluster.nodes)}
@@ -393,20 +425,16 @@ def enumerate_joint_options(ri: RoundInput) -> JointOptions:
     U0 = np.zeros(len(jobs))
     for j in np.unique(job_arr[keep]):
         U0[j] = unallocated_utility(float(speedup[keep & (job_arr == j)].min()), settings)
-    util = np.full(len(job_arr), -np.inf)
-    util[keep] = utility(penalized[keep], settings.p)
-    keep &= _undominated(o, util, comps, len(jobs))
-    stay_gpus = {j: g for j, g in stay_gpus.items() if np.any(keep & (job_arr == j) & (kind == STAY))}
     pick = np.flatnonzero(keep)
-    comp_of = {int(c): comps[o["pool"][c]][o["comp"][c]] for c in pick[kind[pick] == COMP]}
-    comp = tuple(comp_of.get(int(c), ()) for c in pick)
-    return JointOptions(
+    opts = JointOptions(
         round_input=ri, cluster=cl, job=job_arr[pick], kind=kind[pick], pool=o["pool"][pick],
-        num_nodes=o["nodes"][pick], num_gpus=o["gpus"][pick], comp=comp, multi=tuple(multis),
-        goodput=goodput[pick], speedup=speedup[pick], penalized_speedup=penalized[pick],
-        utility=utility(penalized[pick], settings.p), local_bsz=local[pick], accum_steps=accum[pick], U0=U0,
-        stay_gpus=stay_gpus,
-    )
+        num_nodes=o["nodes"][pick], num_gpus=o["gpus"][pick], comp_id=o["comp"][pick],
+        gpu_type=o["gpu_type"][pick], tau=o["tau"][pick].astype(float), sync_scale=o["sync_scale"][pick].astype(float),
+        compositions=comps, multi=tuple(multis), goodput=goodput[pick], speedup=speedup[pick],
+        penalized_speedup=penalized[pick], utility=utility(penalized[pick], settings.p), local_bsz=local[pick],
+        accum_steps=accum[pick], U0=U0, stay_gpus=stay_gpus,
+    ).subset(np.arange(len(pick)))
+    return opts.subset(np.flatnonzero(opts.undominated(opts.utility))) if prune else opts
 
 
 @dataclass(frozen=True)
@@ -512,7 +540,7 @@ def _constraints(opts: JointOptions, st: Structure) -> dict[str, Block]:
                                      [float(d)] + [float(h) for _, h in holders], -inf, float(G))
             continue
         comps = np.flatnonzero((opts.kind == COMP) & (opts.pool == p))
-        counts = np.array([opts.comp[c] for c in comps]).reshape(len(comps), len(pool.slices))
+        counts = np.array([opts.comp(c) for c in comps]).reshape(len(comps), len(pool.slices))
         for s, members in enumerate(pool.slices):
             used = counts[:, s] > 0
             stayers = st.slice_stayers.get((p, s), [])
@@ -659,7 +687,7 @@ def option_label(opts: JointOptions, c: int) -> str:
     if kind == MULTI:
         return f"{job}/multi{int(opts.pool[c])}:n{int(opts.num_nodes[c])}"
     name = "single" if kind == SINGLE else "comp"
-    shape = "x".join(map(str, opts.comp[c])) if kind == COMP else str(int(opts.num_gpus[c]))
+    shape = "x".join(map(str, opts.comp(c))) if kind == COMP else str(int(opts.num_gpus[c]))
     return f"{job}/{name}:p{int(opts.pool[c])}:{shape}"
 
 
@@ -707,7 +735,7 @@ def decode(opts: JointOptions, st: Structure, values: np.ndarray) -> tuple[JobAl
         pool = cl.pools[opts.pool[c]]
         k = pool.nodes[0]
         refs = []
-        for members, count in zip(pool.slices, opts.comp[c]):
+        for members, count in zip(pool.slices, opts.comp(c)):
             free = [i for i in state.free[k] if i in members][:count]
             if len(free) < count:
                 raise RuntimeError(f"no room on node {nodes[k].id!r} for job {jobs[opts.job[c]].id!r}")
@@ -727,6 +755,8 @@ def decode(opts: JointOptions, st: Structure, values: np.ndarray) -> tuple[JobAl
             job_id=job.id, gpus=gpus, total_bsz=r * local * (accum + 1), local_bsz=local, accum_steps=accum,
             goodput=float(opts.goodput[c]), speedup=float(opts.speedup[c]),
             restarted=job.running and gpus != tuple(sorted(job.current_gpus)),
+            frozen_groups=int(opts.frozen_groups[c]) if opts.frozen_groups is not None else 0,
+            freeze_penalty=float(opts.freeze_penalty[c]) if opts.freeze_penalty is not None else 0.0,
         ))
     return tuple(out)
 
@@ -776,7 +806,7 @@ def _fits(opts: JointOptions, c: int, free: dict[int, set[int]]) -> dict[int, se
         return {fits[0][1]: set(sorted(free[fits[0][1]])[: opts.num_gpus[c]])} if fits else None
     k = pool.nodes[0]
     take = set()
-    for members, count in zip(pool.slices, opts.comp[c]):
+    for members, count in zip(pool.slices, opts.comp(c)):
         avail = sorted(free[k] & set(members))
         if len(avail) < count:
             return None
@@ -815,5 +845,9 @@ class JointModel:
 
 
 def joint_model(round_input: RoundInput) -> JointModel:
-    opts = enumerate_joint_options(round_input)
+    """The joint round, with freeze levels folded in (formulations.freezing) when a job opts in."""
+    if has_freezing(round_input):
+        opts = fold_freeze_levels(round_input, enumerate_joint_options(round_input, prune=False))
+    else:
+        opts = enumerate_joint_options(round_input)
     return JointModel(opts, structure(opts))

@@ -27,7 +27,7 @@ cannot move).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -108,6 +108,22 @@ class OptionSet:
     def stay_option(self, j: int) -> int:
         """Index of job j's stay option."""
         return int(np.flatnonzero((self.job == j) & self.stay)[0])
+
+    def revalue(self, which: np.ndarray, jobs: tuple[JobSpec, ...], job_of: np.ndarray):
+        """The best batch of the shapes of options `which`, each valued as jobs[job_of[i]]."""
+        return option_best_batch(self, jobs, which, job_of)
+
+    def undominated(self, util: np.ndarray) -> np.ndarray:
+        return prune_dominated(self.job, self.group, self.num_gpus, util)
+
+    def subset(self, pick: np.ndarray) -> OptionSet:
+        """Options `pick` (indices), with the stay shapes of the jobs whose stay option is kept."""
+        kept = set(self.job[pick[self.stay[pick]]].tolist())
+        return replace(self, job=self.job[pick], group=self.group[pick], num_nodes=self.num_nodes[pick],
+                       num_gpus=self.num_gpus[pick], goodput=self.goodput[pick], speedup=self.speedup[pick],
+                       penalized_speedup=self.penalized_speedup[pick], utility=self.utility[pick],
+                       local_bsz=self.local_bsz[pick], accum_steps=self.accum_steps[pick],
+                       stay_nodes={j: c for j, c in self.stay_nodes.items() if j in kept})
 
 
 def utility(speedup: np.ndarray, p: float) -> np.ndarray:
