@@ -176,3 +176,23 @@ def test_cli_bench_prints_the_documented_keys():
     for key in ("build_p50_ms", "solve_p50_ms", "total_p50_ms", "total_p95_ms", "gap_max", "status_counts"):
         assert key in summary
     assert summary["status_counts"] == {"optimal": 2}
+
+
+def test_cli_solves_a_round_with_variability_and_topology():
+    joint = EXAMPLE.parent / "round-joint-16x4.json"
+    jsonschema.validate(json.loads(joint.read_text()), _schema("round_input.schema.json"))
+    out = _cli("solve", str(joint))
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    jsonschema.validate(result, _schema("round_result.schema.json"))
+    assert result["status"] == "optimal" and result["verified"]
+    assert sum(a["num_gpus"] for a in result["allocations"]) == 64  # 40 jobs fill the 64 GPUs
+
+
+def test_unknown_formulation_and_solver_are_named():
+    raw = _example()
+    raw["settings"] |= {"formulation": "magic", "solver": "/bin/sh"}
+    with pytest.raises(InputError) as err:
+        solve_round(raw)
+    assert any("settings.formulation" in p for p in err.value.problems)
+    assert any("settings.solver" in p and "unknown solver" in p for p in err.value.problems)

@@ -171,3 +171,19 @@ def test_joint_folds_freeze_levels_in_as_the_goodput_round_does():
             assert joint.objective == pytest.approx(goodput.objective, abs=1e-6 * max(1.0, abs(goodput.objective)))
             froze |= any(a.frozen_groups for a in joint.allocations)
     assert froze  # the rounds did exercise freezing
+
+
+def test_a_failed_solver_still_gets_a_verified_greedy_answer(monkeypatch):
+    from schedlab.solvers.outcome import FAILED, SolveOutcome
+    from schedlab.solvers.registry import SOLVERS
+
+    monkeypatch.setitem(SOLVERS, "highs", lambda model, s: (SolveOutcome(FAILED, None, math.nan, math.nan, 0.1, "x"), 0.0))
+    rng = np.random.default_rng(2)
+    for case in range(6):
+        ri = _with_world(rng, tiny_round(rng, max_jobs=10, max_nodes=5), racks=bool(case % 2))
+        result = solve_round(replace(ri, settings=replace(ri.settings, formulation="joint")))
+        assert result.status == "fallback" and result.verified
+        running = [j for j in ri.jobs if j.running]
+        for job in running:  # running jobs keep their GPUs (no restart)
+            assert result.allocation(job.id).gpus == tuple(sorted(job.current_gpus)) or not result.allocation(job.id).gpus
+        assert any(a.gpus for a in result.allocations)

@@ -764,7 +764,7 @@ def decode(opts: JointOptions, st: Structure, values: np.ndarray) -> tuple[JobAl
 def greedy_point(opts: JointOptions, st: Structure) -> np.ndarray:
     """A feasible point: running jobs stay, then each job by the value its best option adds
     takes the best option that still fits (whole nodes from the emptiest eligible pools)."""
-    cl, jobs, n = opts.cluster, opts.round_input.jobs, opts.num_options
+    cl, n = opts.cluster, opts.num_options
     point = np.zeros(n + len(st.v_cols) + len(st.w_cols) + opts.round_input.settings.max_min)
     v_index = {jw: n + i for i, jw in enumerate(st.v_cols)}
     free = {k: set(range(node.gpus)) for k, node in enumerate(opts.round_input.cluster.nodes)}

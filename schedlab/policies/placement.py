@@ -36,7 +36,7 @@ import numpy as np
 from schedlab.api import solve_round
 from schedlab.errors import ConfigError
 from schedlab.formulations.placement import (Placement, PlacementInput, PlacementJob, gang_size, pal_greedy,
-                                             placement_objective, placement_view, pm_take, solve_placement)
+                                             placement_objective, placement_view, pm_take)
 from schedlab.policies.base import HEURISTIC
 from schedlab.state import JobAllocation, JobSpec, RoundInput, RoundResult, Settings
 from schedlab.verify import verify
@@ -96,22 +96,6 @@ def random_placement(pi: PlacementInput, rng: np.random.Generator) -> Placement:
         free = free[job.num_gpus:]
     return out
 
-
-def milp(pi: PlacementInput, rng: np.random.Generator, time_limit_s: float = 1.0) -> Placement:
-    """The exact model, warm-started from PAL's greedy: never worse than it."""
-    return solve_placement(pi, "highs", time_limit_s, start=pal_greedy(pi, rng)).placement
-
-
-def milp_cpsat(pi: PlacementInput, rng: np.random.Generator, time_limit_s: float = 1.0) -> Placement:
-    return solve_placement(pi, "cpsat", time_limit_s, start=pal_greedy(pi, rng)).placement
-
-
-EXACT = ("milp", "milp_cpsat")  # take a per-round time_limit_s
-
-PLACEMENT_POLICIES: dict[str, PlaceFunction] = {
-    "pal": pal_greedy, "pm_first": pm_first, "packed_sticky": packed_sticky, "packed_nonsticky": packed_nonsticky,
-    "random": random_placement, "milp": milp, "milp_cpsat": milp_cpsat,
-}
 
 # PAL's queue orders: the sort key of a job (smallest first).
 QUEUE_ORDERS: dict[str, Callable[[JobSpec], float]] = {

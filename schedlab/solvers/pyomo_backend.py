@@ -55,8 +55,8 @@ def solve_appsi_highs(model: pyo.ConcreteModel, time_limit_s: float, mip_gap: fl
                         str(res.termination_condition))
 
 
-def solve_legacy(model: pyo.ConcreteModel, solver: str, time_limit_s: float, mip_gap: float,
-                 warm_start: bool = False) -> SolveOutcome:
+def solve_legacy(model: pyo.ConcreteModel, time_limit_s: float, mip_gap: float, warm_start: bool = False, *,
+                 solver: str) -> SolveOutcome:
     opt = pyo.SolverFactory(solver)
     if opt is None or not opt.available(exception_flag=False):
         raise SolverError(f"solver {solver!r} is not available to Pyomo; install it or use 'highs' or 'cpsat'")

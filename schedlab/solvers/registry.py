@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from schedlab.errors import SolverError
@@ -40,26 +41,24 @@ class ArraySolver:
 
 @dataclass(frozen=True)
 class PyomoSolver:
-    """Solves the model's Pyomo form, warm-started from the model's start point."""
+    """Solves the model's Pyomo form, warm-started from the model's start point, with
+    `solve(pyomo_model, time_limit_s, mip_gap, warm_start)`."""
 
-    name: str  # Pyomo's name of the solver
+    solve: Callable[..., SolveOutcome]
 
     def __call__(self, model: Any, s: Settings) -> tuple[SolveOutcome, float]:
         t0 = time.perf_counter()
         pm = model.pyomo()
         set_start(pm, model.start())
         build_s = time.perf_counter() - t0
-        if self.name == APPSI_HIGHS:
-            return solve_appsi_highs(pm, s.time_limit_s, s.mip_gap, warm_start=True), build_s
-        return solve_legacy(pm, self.name, s.time_limit_s, s.mip_gap, warm_start=True), build_s
+        return self.solve(pm, s.time_limit_s, s.mip_gap, warm_start=True), build_s
 
 
-APPSI_HIGHS = "appsi_highs"
 SOLVERS: dict[str, Callable[[Any, Settings], tuple[SolveOutcome, float]]] = {
     "highs": ArraySolver(solve_highs),
     "cpsat": ArraySolver(solve_cpsat),
-    APPSI_HIGHS: PyomoSolver(APPSI_HIGHS),
-    **{name: PyomoSolver(name) for name in ("cbc", "glpk", "scip", "gurobi", "cplex")},
+    "appsi_highs": PyomoSolver(solve_appsi_highs),
+    **{name: PyomoSolver(partial(solve_legacy, solver=name)) for name in ("cbc", "glpk", "scip", "gurobi", "cplex")},
 }
 
 
