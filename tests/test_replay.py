@@ -194,3 +194,17 @@ def test_cli_replay_json(tmp_path):
     assert summary["jobs_completed"] == 4
     assert (tmp_path / "out" / "jobs.csv").exists() and (tmp_path / "out" / "rounds.csv").exists()
 
+
+
+def test_a_world_with_variability_and_racks_slows_jobs_on_slow_gpus(small_jobs):
+    from dataclasses import replace
+
+    from schedlab.replay.engine import WORLDS
+
+    world = replace(WORLDS["variability"], num_nodes=4, gpus_per_node=4, racks=2)
+    plain = replay(small_jobs, make_policy("pollux"), SMALL).summary
+    for name in ("pollux", "joint", "pollux+pal", "tiresias+pal"):
+        res = replay(small_jobs, make_policy(name), world)
+        assert res.summary["jobs_completed"] == 14 and (res.rounds.gpus_used <= 16).all()
+    # the world changes what jobs feel: each GPU at a measured GPU's slowest run, a slow uplink
+    assert replay(small_jobs, make_policy("pollux"), world).summary["mean_jct_s"] != plain["mean_jct_s"]

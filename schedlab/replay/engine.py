@@ -55,9 +55,9 @@ from schedlab.replay.jobs import (Freezing, JobAgent, JobState, TraceJob, advanc
 from schedlab.replay.metrics import summarize
 from schedlab.replay.truth import ApplicationTruth, application_truth, calibrated_truth
 from schedlab.replay.world import World
-from schedlab.traces import WORKS
 from schedlab.state import (FreezePenalty, FreezeSpec, GradStats, JobSpec, RoundInput, ThroughputParams,
                             variability_class)
+from schedlab.traces import WORKS
 from schedlab.verify import verify
 
 # What a job's model says before it has measured anything: Pollux's initial parameter guess
