@@ -62,6 +62,13 @@ group is goodput.py's node group, whole nodes being items of size G_g in its cha
 (level) argument holds unchanged. Decoding places stayers, then whole nodes, then single-node
 items largest first (packing.py), then compositions on their slices: it never fails; the
 verifier checks anyway, and a brute-force test over every placement checks the optimum.
+
+Smaller, still exact: a larger shape of one pool or multi-node definition is kept only if worth
+more than the smaller ones; a composition only if worth more than every composition it contains;
+a multi-node definition only at the tiers where its eligible nodes grow. Freeze levels fold in as
+formulations/freezing.py proves for goodput.py (fold_freeze_levels: each option at its best
+admissible level, the same model size). Not modelled: links shared by several jobs (a spread's
+bandwidth is its own); a spread over racks is priced at the smallest rack uplink of the cluster.
 """
 
 from __future__ import annotations
@@ -76,10 +83,8 @@ import scipy.sparse as sp
 
 from schedlab.formulations.freezing import fold_freeze_levels, has_freezing
 from schedlab.formulations.goodput import max_min_weight
-from schedlab.formulations.options import (chain_levels, multi_node_counts, node_groups, prune_dominated,
-                                           restart_factor, unallocated_utility, utility)
-from schedlab.formulations.options import _fair_shape as fair_shape
-from schedlab.formulations.options import _values as field_values
+from schedlab.formulations.options import (chain_levels, fair_shape, field_values, multi_node_counts, node_groups,
+                                           prune_dominated, restart_factor, unallocated_utility, utility)
 from schedlab.formulations.packing import NodeState
 from schedlab.models.efficiency import BatchChoice, best_batch
 from schedlab.solvers.arrays import MilpArrays
@@ -128,7 +133,7 @@ class Pool:
 
 
 @dataclass(frozen=True)
-class Cluster:
+class JointCluster:
     """The round's cluster as the joint model sees it: classes in play, GPU tiers and pools."""
 
     classes: tuple[str, ...]
@@ -141,7 +146,7 @@ class Cluster:
     across_node_factor: float
 
 
-def joint_cluster(ri: RoundInput) -> Cluster:
+def joint_cluster(ri: RoundInput) -> JointCluster:
     nodes, topo = ri.cluster.nodes, ri.cluster.topology or Topology()
     classes = tuple(sorted({job.variability_class for job in ri.jobs}))
     tier_of = [tiers([n.gpu_slowdown(k, c) for n in nodes for k in range(n.gpus)], ri.settings.tier_tolerance)
@@ -172,7 +177,7 @@ def joint_cluster(ri: RoundInput) -> Cluster:
                   for r, ids in by_rack.items()}
     firsts = [ids[0] for ids in by_rack.values()]
     cross = ref / min(spread_gbps(ri.cluster, firsts, graph), ref) if len(firsts) > 1 else 1.0
-    return Cluster(classes, gpu_tier, tuple(pools), {k: p for p, pool in enumerate(pools) for k in pool.nodes},
+    return JointCluster(classes, gpu_tier, tuple(pools), {k: p for p, pool in enumerate(pools) for k in pool.nodes},
                    rack_of, cross, rack_scale, topo.across_node_factor)
 
 
@@ -184,7 +189,7 @@ class JointOptions:
     sync_scale are what an option's value was computed from (so freezing can revalue it)."""
 
     round_input: RoundInput
-    cluster: Cluster
+    cluster: JointCluster
     job: np.ndarray
     kind: np.ndarray
     pool: np.ndarray
@@ -275,7 +280,7 @@ class _Rows:
         return {k: np.asarray(v) for k, v in self.__dict__.items()}
 
 
-def _class_templates(cl: Cluster, a: int, comps: dict[int, list], multis: list[Multi]) -> dict[str, np.ndarray]:
+def _class_templates(cl: JointCluster, a: int, comps: dict[int, list], multis: list[Multi]) -> dict[str, np.ndarray]:
     """Every option of a job of class a, before its GPU types and bounds filter them."""
     rows = _Rows()
     kinds: dict[tuple[str, int], list[int]] = {}
@@ -307,7 +312,7 @@ def _class_templates(cl: Cluster, a: int, comps: dict[int, list], multis: list[M
     return rows.arrays()
 
 
-def _stay(job: JobSpec, cl: Cluster, node_index: dict[str, int]) -> tuple[dict, float, float, int]:
+def _stay(job: JobSpec, cl: JointCluster, node_index: dict[str, int]) -> tuple[dict, float, float, int]:
     """Node -> GPU indices a running job holds, its worst tier, sync scale and nodes spanned."""
     held: dict[int, list[int]] = {}
     for ref in job.current_gpus:

@@ -170,7 +170,7 @@ def _job_shapes(job: JobSpec, groups: tuple[NodeGroup, ...]) -> list[tuple[int, 
     return shapes
 
 
-def _fair_shape(job: JobSpec, round_input: RoundInput, groups: tuple[NodeGroup, ...]) -> tuple[str, int, int]:
+def fair_shape(job: JobSpec, round_input: RoundInput, groups: tuple[NodeGroup, ...]) -> tuple[str, int, int]:
     """(GPU type, nodes, GPUs) of the job's fair share, on its largest usable group."""
     usable = [g for g in groups if g.gpu_type in job.throughput]
     grp = max(usable, key=lambda g: len(g.nodes) * g.gpus_per_node)
@@ -210,17 +210,17 @@ def _value_rows(rows: _Rows, jobs: tuple[JobSpec, ...], fixed_bsz: np.ndarray | 
     type) parameters gathered by index."""
     keys = sorted(set(zip(rows.job, rows.gpu_type)))
     key_index = {k: i for i, k in enumerate(keys)}
-    table = np.array([_values(jobs[j].throughput[t]) for j, t in keys])
+    table = np.array([field_values(jobs[j].throughput[t]) for j, t in keys])
     idx = np.array([key_index[k] for k in zip(rows.job, rows.gpu_type)], dtype=int)
     j = np.asarray(rows.job, dtype=int)
-    job_grad = np.array([_values(job.grad_stats) for job in jobs])[j]
-    job_batch = np.array([_values(job.batch) for job in jobs])[j]
+    job_grad = np.array([field_values(job.grad_stats) for job in jobs])[j]
+    job_batch = np.array([field_values(job.batch) for job in jobs])[j]
     fixed = np.array([job.fixed_bsz or 0 for job in jobs])[j] if fixed_bsz is None else fixed_bsz
     return best_batch(ThroughputParams(*table[idx].T), GradStats(*job_grad.T), BatchLimits(*job_batch.T),
                       rows.nodes, rows.gpus, fixed)
 
 
-def _values(obj) -> list[float]:
+def field_values(obj) -> list[float]:
     return list(obj.__dict__.values())
 
 
@@ -292,7 +292,7 @@ def enumerate_options(round_input: RoundInput, prune: bool = True) -> OptionSet:
             counts = _stay_shape(job, node_index)
             stay_nodes[j] = counts
             rows.add(j, -1, node_type[next(iter(counts))], len(counts), len(job.current_gpus))
-        t, n, r = _fair_shape(job, round_input, groups)
+        t, n, r = fair_shape(job, round_input, groups)
         fair_rows.add(j, -1, t, n, r)
 
     job_arr = np.asarray(rows.job, dtype=int)
