@@ -94,3 +94,46 @@ def test_pal_world_gpus_run_at_measured_values_and_policies_see_ordered_tiers(cl
         assert len(set(tiers)) <= len(set(values))
         order = np.argsort(values, kind="stable")
         assert np.all(np.diff(np.array(tiers)[order]) >= -1e-12)  # a slower GPU never looks faster
+
+
+def test_a_rounds_topology_comes_from_racks_or_from_node_link_json():
+    import networkx as nx
+
+    from schedlab.clusters import ClusterSpec, make_cluster
+    from schedlab.io import cluster_to_dict, parse_round_input
+
+    seen, truth = make_cluster(ClusterSpec(8, 4, racks=2, uplink_gbps=25.0, variability="measured"))
+    assert seen.has_variability and truth.has_variability and seen != truth  # tiers seen, slowest runs true
+    graph = topology.cluster_graph(seen)
+    assert topology.spread_gbps(seen, ["n0", "n1"], graph) == 100.0  # one rack: the node links
+    assert topology.spread_gbps(seen, ["n0", "n7"], graph) == 25.0  # across racks: the uplink
+    raw = {"cluster": cluster_to_dict(seen), "jobs": []}
+    assert parse_round_input(raw).cluster == seen
+    as_graph = {"nodes": raw["cluster"]["nodes"],
+                "topology": {"graph": nx.node_link_data(graph, edges="links"), "across_node_factor": 1.0}}
+    assert parse_round_input({"cluster": as_graph, "jobs": []}).cluster.topology == seen.topology
+
+
+@pytest.mark.parametrize(("topo", "message"), [
+    ({"racks": [{"id": "r0", "nodes": ["n0"]}]}, "node 'n1' is in no rack"),
+    ({"racks": [{"id": "r0", "nodes": ["n0", "n9"]}]}, "node 'n9' is not in cluster.nodes"),
+    ({"racks": [{"id": "r0", "nodes": ["n0", "n1"], "uplink_gbps": 0}]}, "uplink_gbps: must be > 0"),
+    ({"across_node_factor": 0.5}, "across_node_factor: must be >= 1.0"),
+    ({"graph": {"nodes": []}}, "cluster.topology.graph"),
+    ({"rack": []}, "cluster.topology.rack: unknown key"),
+])
+def test_bad_topologies_are_named(topo, message):
+    from schedlab.errors import InputError
+    from schedlab.io import parse_round_input
+
+    nodes = [{"id": "n0", "gpus": 2, "slowdown": {"classA": [1.0, 1.2]}}, {"id": "n1", "gpus": 2}]
+    with pytest.raises(InputError, match=message):
+        parse_round_input({"cluster": {"nodes": nodes, "topology": topo}, "jobs": []})
+
+
+def test_a_slowdown_list_must_match_the_nodes_gpus():
+    from schedlab.errors import InputError
+    from schedlab.io import parse_round_input
+
+    with pytest.raises(InputError, match=r"cluster.nodes\[0\].slowdown.classA: must list one factor per GPU \(2\)"):
+        parse_round_input({"cluster": {"nodes": [{"id": "n0", "gpus": 2, "slowdown": {"classA": [1.0]}}]}, "jobs": []})
