@@ -34,14 +34,24 @@ def _with_world(rng: np.random.Generator, ri: RoundInput, racks: bool) -> RoundI
     return replace(ri, cluster=Cluster(tuple(nodes), topology), jobs=jobs)
 
 
+def _signatures(ri: RoundInput, node: Node) -> set[tuple[float, ...]]:
+    """The node's GPUs' tiers in every class in play (alike GPUs have one signature)."""
+    classes = sorted({j.variability_class for j in ri.jobs})
+    nodes = ri.cluster.nodes
+    tier = {c: tiers([n.gpu_slowdown(i, c) for n in nodes for i in range(n.gpus)], ri.settings.tier_tolerance)
+            for c in classes}
+    return {tuple(tier[c][node.gpu_slowdown(i, c)] for c in classes) for i in range(node.gpus)}
+
+
 def _shapes(ri: RoundInput, job) -> list[tuple[GpuRef, ...]]:
-    """Every concrete GPU set the job may take: its current GPUs, a chain size on one node, or
-    two or more whole nodes of one size."""
+    """Every concrete GPU set the job may take: its current GPUs, on one node a chain size (any
+    size where the node's GPUs are not all alike), or two or more whole nodes of one size."""
     out = set()
     if job.running and job.min_gpus <= len(job.current_gpus) <= job.max_gpus:
         out.add(tuple(sorted(job.current_gpus)))
     for n in ri.cluster.nodes:
-        for d in chain_levels(n.gpus) if n.gpus else ():
+        sizes = range(1, n.gpus + 1) if len(_signatures(ri, n)) > 1 else chain_levels(n.gpus) if n.gpus else ()
+        for d in sizes:
             out |= {tuple(GpuRef(n.id, i) for i in c) for c in itertools.combinations(range(n.gpus), d)}
     by_size: dict[int, list[Node]] = {}
     for n in ri.cluster.nodes:

@@ -30,11 +30,12 @@ METRICS = {"mean_jct_s": "mean", "p99_jct_s": "mean", "makespan_s": "mean", "uti
            "solve_p50_ms": "median", "restarts_total": "mean"}
 
 
-def per_policy(results: pd.DataFrame) -> pd.DataFrame:
-    """One row per policy: metrics averaged over the traces (solve time: median), in sweep order."""
-    table = results.groupby("policy", sort=False).agg(**{m: (m, how) for m, how in METRICS.items()})
-    table["geomean_jct_s"] = results.groupby("policy", sort=False).geomean_jct_s.agg(gmean)
-    return table.round(3)
+def per_policy(results: pd.DataFrame, labels: list[str]) -> pd.DataFrame:
+    """One row per policy (in the config's order): metrics averaged over the traces (solve time:
+    median)."""
+    table = results.groupby("policy").agg(**{m: (m, how) for m, how in METRICS.items()})
+    table["geomean_jct_s"] = results.groupby("policy").geomean_jct_s.agg(gmean)
+    return table.reindex(labels).round(3)
 
 
 def main(argv: list[str] | None = None, configs: Path | None = None) -> int:
@@ -49,13 +50,15 @@ def main(argv: list[str] | None = None, configs: Path | None = None) -> int:
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     out = Path(args.out)
-    runs = {}
+    runs, labels = {}, {}
     for world, config, kind, chosen in (("variability", "joint_variability", "workloads", args.workloads),
                                         ("pal", "joint_pal", "sia_philly", args.traces)):
         overrides = {"traces": {kind: chosen.split(",")}} if chosen else {}
-        runs[world] = results_frame(load_sweep(args.configs / f"{config}.toml", overrides), out / world, args.processes)
+        sweep = load_sweep(args.configs / f"{config}.toml", overrides)
+        labels[world] = list(dict.fromkeys(c["policy"]["label"] for c in sweep.cells))
+        runs[world] = results_frame(sweep, out / world, args.processes)
         runs[world].to_csv(out / f"{world}.csv", index=False)
-    variability, pal = per_policy(runs["variability"]), per_policy(runs["pal"])
+    variability, pal = per_policy(runs["variability"], labels["variability"]), per_policy(runs["pal"], labels["pal"])
     reduction = reduction_vs(runs["pal"])
     pal["reduction_vs_packed_sticky"] = [reduction.get(p, 0.0) for p in pal.index]
     jct = variability.mean_jct_s

@@ -20,7 +20,7 @@ Sets
     W = H u X     pools of whole nodes; |K_w| nodes, worst factor tau_wa over its GPUs
     C_j           options of job j:
                   single(g, d)     d in L_g GPUs on one node of g in H
-                  comp(k, m)       m_s GPUs of each slice s of k in X, sum_s m_s in L_k
+                  comp(k, m)       m_s GPUs of each slice s of k in X, any total >= 1
                   multi(n, t, R)   n >= 2 whole nodes of one GPU type and size, from the pools
                                    E_c = {w: tau_w,a_j <= t, rack(w) in R}, R one rack or all
                   stay             a running job keeps exactly its GPUs
@@ -245,10 +245,9 @@ class JointOptions:
 
 
 def compositions(pool: Pool) -> list[tuple[int, ...]]:
-    """Every count vector over a heterogeneous node's slices whose total is a chain size."""
-    sizes = [len(s) for s in pool.slices]
-    levels = set(pool.levels)
-    return [m for m in itertools.product(*(range(n + 1) for n in sizes)) if sum(m) in levels]
+    """Every count vector over a heterogeneous node's slices (any total: the node is its own
+    bin, so no size chain is needed, and 3 fast GPUs beside a slow one make a 3-GPU job)."""
+    return [m for m in itertools.product(*(range(len(s) + 1) for s in pool.slices)) if sum(m)]
 
 
 @dataclass(frozen=True)

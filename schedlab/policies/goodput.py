@@ -35,15 +35,24 @@ def _pollux_settings() -> Settings:
 
 @dataclass
 class GoodputPolicy:
+    """A goodput round per call. gang: every job runs on exactly the GPUs it asked for
+    (requested_gpus) or waits, as gang schedulers run them; the round still chooses which jobs
+    run, where, and at what batch."""
+
     settings: Settings
     freeze: bool = False
+    gang: bool = False
     name: ClassVar[str] = "goodput"
     batch_mode: ClassVar[str] = "adaptive"
     throughput_model: ClassVar[str] = "online"
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
-        jobs = tuple(self.prepare(job) for job in round_input.jobs)
+        jobs = tuple(self.sized(self.prepare(job)) for job in round_input.jobs)
         return solve_round(replace(round_input, jobs=jobs, settings=self.settings))
+
+    def sized(self, job: JobSpec) -> JobSpec:
+        gpus = job.requested_gpus or job.min_gpus
+        return replace(job, min_gpus=gpus, max_gpus=gpus) if self.gang else job
 
     def prepare(self, job: JobSpec) -> JobSpec:
         """The job as this policy's model sees it: opt-ins dropped unless the policy freezes."""
