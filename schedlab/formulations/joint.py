@@ -84,7 +84,7 @@ import scipy.sparse as sp
 from schedlab.formulations.freezing import fold_freeze_levels, has_freezing
 from schedlab.formulations.goodput import max_min_weight
 from schedlab.formulations.options import (chain_levels, fair_shape, field_values, multi_node_counts, node_groups,
-                                           prune_dominated, restart_factor, unallocated_utility, utility)
+                                           prune_dominated, restart_factor, unallocated_utilities, utility)
 from schedlab.formulations.packing import NodeState
 from schedlab.models.efficiency import BatchChoice, best_batch
 from schedlab.solvers.arrays import MilpArrays
@@ -229,9 +229,10 @@ class JointOptions:
 
     def revalue(self, which: np.ndarray, jobs: tuple[JobSpec, ...], job_of: np.ndarray) -> BatchChoice:
         """The best batch of options `which`, each valued as jobs[job_of[i]] (e.g. layers frozen)."""
-        return BatchChoice(*_value(jobs, np.asarray(job_of, int), self.gpu_type[which], self.num_nodes[which],
-                                   self.num_gpus[which], self.tau[which], self.sync_scale[which],
-                                   self.cluster.across_node_factor))
+        nodes = self.num_nodes[which]
+        return BatchChoice(*_value(jobs, np.asarray(job_of, int), self.gpu_type[which], nodes, self.num_gpus[which],
+                                   self.tau[which], self.sync_scale[which],
+                                   np.where(nodes > 1, self.cluster.across_node_factor, 1.0)))
 
     def undominated(self, util: np.ndarray) -> np.ndarray:
         return _undominated(self, util)
@@ -324,25 +325,25 @@ def _stay(job: JobSpec, cl: JointCluster, node_index: dict[str, int]) -> tuple[d
 
 
 def _value(jobs: tuple[JobSpec, ...], job: np.ndarray, gpu_type: np.ndarray, nodes: np.ndarray, gpus: np.ndarray,
-           tau: np.ndarray, sync: np.ndarray, across_node_factor: float):
-    """Best batch of every option in one vectorized call, each distinct (job, GPU type, shape,
-    tier, sync scale) valued once, with the parameters scaled as the docstring says."""
+           tau: np.ndarray, sync: np.ndarray, spread: np.ndarray):
+    """Best batch of every row in one vectorized call, each distinct (job, GPU type, shape, tier,
+    sync scale, spread factor) valued once, with the parameters scaled as the docstring says."""
     types = sorted(set(gpu_type.tolist()))
     type_index = np.searchsorted(types, gpu_type)
-    codes = [np.unique(col, return_inverse=True) for col in (job, type_index, nodes, gpus, tau, sync)]
+    codes = [np.unique(col, return_inverse=True) for col in (job, type_index, nodes, gpus, tau, sync, spread)]
     key = np.zeros(len(job), dtype=np.int64)
     for values, code in codes:  # one mixed-radix integer per row: a 1-D unique is much faster than axis=0
         key = key * len(values) + code.ravel()
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     uj, ut, un, ur = job[first].astype(int), type_index[first], nodes[first].astype(int), gpus[first].astype(int)
-    utau, usync = tau[first], sync[first]
+    utau, usync, uspread = tau[first], sync[first], spread[first]
     table = np.zeros((len(jobs), len(types), 7))
     for j, spec in enumerate(jobs):
         for t, name in enumerate(types):
             if name in spec.throughput:
                 table[j, t] = field_values(spec.throughput[name])
     params = table[uj, ut] * np.column_stack([utau, utau, usync, usync, np.ones((len(uj), 3))])
-    params[:, :6] *= np.where(un > 1, across_node_factor, 1.0)[:, None]
+    params[:, :6] *= uspread[:, None]
     grad = np.array([field_values(s.grad_stats) for s in jobs]).reshape(-1, 2)[uj]
     batch = np.array([field_values(s.batch) for s in jobs]).reshape(-1, 4)[uj]
     fixed = np.array([s.fixed_bsz or 0 for s in jobs])[uj]
@@ -352,16 +353,14 @@ def _value(jobs: tuple[JobSpec, ...], job: np.ndarray, gpu_type: np.ndarray, nod
     return choice.goodput[inverse], choice.local_bsz[inverse], choice.accum_steps[inverse]
 
 
-def _fair_goodput(ri: RoundInput) -> np.ndarray:
-    """Goodput of each job's fair share (goodput.py's), on typical GPUs in one rack."""
+def _fair_rows(ri: RoundInput) -> dict[str, np.ndarray]:
+    """Each job's fair share (goodput.py's) as a row valued on typical GPUs in one rack."""
     groups = node_groups(ri)
     shares = [(j, *fair_shape(job, ri, groups)) for j, job in enumerate(ri.jobs)
               if any(g.gpu_type in job.throughput for g in groups)]
-    out = np.zeros(len(ri.jobs))
-    if shares:
-        j, t, n, r = (np.array(v) for v in zip(*shares))
-        out[j] = _value(ri.jobs, j, t, n, r, np.ones(len(j)), np.ones(len(j)), 1.0)[0]
-    return out
+    j, t, n, r = (np.array(v) for v in zip(*shares)) if shares else (np.zeros(0, int),) * 4
+    return {"job": j.astype(int), "gpu_type": t.astype(str), "nodes": n.astype(int), "gpus": r.astype(int),
+            "tau": np.ones(len(j)), "sync_scale": np.ones(len(j)), "spread": np.ones(len(j))}
 
 
 def _undominated(o: JointOptions, util: np.ndarray) -> np.ndarray:
@@ -392,13 +391,19 @@ def enumerate_joint_options(ri: RoundInput, prune: bool = True) -> JointOptions:
     node_index = {n.id: k for k, n in enumerate(ri.cluster.nodes)}
     comps = {p: compositions(pool) for p, pool in enumerate(cl.pools) if not pool.homogeneous}
     multis: list[Multi] = []
+    types = sorted({pool.gpu_type for pool in cl.pools})
     templates = [_class_templates(cl, a, comps, multis) for a in range(len(cl.classes))]
+    for T in templates:
+        T["type_code"] = np.searchsorted(types, T["gpu_type"]) if len(T["gpu_type"]) else np.zeros(0, int)
+    types_ok = np.array([[t in job.throughput for t in types] for job in jobs], dtype=bool).reshape(len(jobs), -1)
     parts: list[dict[str, np.ndarray]] = []
     stays = _Rows()
     stay_job, stay_gpus = [], {}
     for j, job in enumerate(jobs):
         T = templates[cl.classes.index(job.variability_class)]
-        ok = np.isin(T["gpu_type"], list(job.throughput)) & (T["gpus"] >= job.min_gpus) & (T["gpus"] <= job.max_gpus)
+        ok = (T["gpus"] >= job.min_gpus) & (T["gpus"] <= job.max_gpus)
+        if not types_ok[j].all():
+            ok &= types_ok[j][T["type_code"]]
         parts.append({k: v[ok] for k, v in T.items()} | {"job": np.full(int(ok.sum()), j)})
         if job.running and job.min_gpus <= len(job.current_gpus) <= job.max_gpus:
             held, tau, scale, n = _stay(job, cl, node_index)
@@ -412,23 +417,25 @@ def enumerate_joint_options(ri: RoundInput, prune: bool = True) -> JointOptions:
     o["job"], o["kind"], o["pool"] = o["job"].astype(int), o["kind"].astype(int), o["pool"].astype(int)
     o["nodes"], o["gpus"], o["comp"] = o["nodes"].astype(int), o["gpus"].astype(int), o["comp"].astype(int)
     job_arr, kind = o["job"], o["kind"]
-    if len(job_arr):
-        goodput, local, accum = _value(jobs, job_arr, o["gpu_type"], o["nodes"], o["gpus"], o["tau"].astype(float),
-                                       o["sync_scale"].astype(float), cl.across_node_factor)
-    else:
-        goodput, local, accum = np.zeros(0), np.zeros(0, int), np.zeros(0, int)
-    fair = _fair_goodput(ri)
+    # the options and the fair shares in one vectorized valuation
+    fair_rows = _fair_rows(ri)
+    spread = np.where(o["nodes"] > 1, cl.across_node_factor, 1.0)
+    rows = {k: np.concatenate([np.asarray(o[k] if k in o else spread), fair_rows[k]]) for k in fair_rows}
+    value, local, accum = _value(jobs, rows["job"], rows["gpu_type"], rows["nodes"], rows["gpus"],
+                                 rows["tau"].astype(float), rows["sync_scale"].astype(float), rows["spread"])
+    n = len(job_arr)
+    goodput, local, accum = value[:n], local[:n], accum[:n]
+    fair = np.zeros(len(jobs))
+    fair[fair_rows["job"]] = value[n:]
     best = np.zeros(len(jobs))
     np.maximum.at(best, job_arr, goodput)
     fair = np.where(fair > 0, fair, best)
     speedup = np.divide(goodput, fair[job_arr], out=np.zeros_like(goodput), where=fair[job_arr] > 0)
     factor = np.array([restart_factor(job, settings) if job.running else 1.0 for job in jobs])
-    moves = (kind != STAY) & np.array([jobs[j].running for j in job_arr], dtype=bool)
+    moves = (kind != STAY) & np.array([job.running for job in jobs], dtype=bool)[job_arr]
     penalized = np.where(moves, speedup * factor[job_arr] if len(job_arr) else speedup, speedup)
     keep = (goodput > 0) & (penalized > 0)
-    U0 = np.zeros(len(jobs))
-    for j in np.unique(job_arr[keep]):
-        U0[j] = unallocated_utility(float(speedup[keep & (job_arr == j)].min()), settings)
+    U0 = unallocated_utilities(job_arr, speedup, keep, len(jobs), settings)
     pick = np.flatnonzero(keep)
     opts = JointOptions(
         round_input=ri, cluster=cl, job=job_arr[pick], kind=kind[pick], pool=o["pool"][pick],
@@ -544,7 +551,7 @@ def _constraints(opts: JointOptions, st: Structure) -> dict[str, Block]:
                                      [float(d)] + [float(h) for _, h in holders], -inf, float(G))
             continue
         comps = np.flatnonzero((opts.kind == COMP) & (opts.pool == p))
-        counts = np.array([opts.comp(c) for c in comps]).reshape(len(comps), len(pool.slices))
+        counts = np.array(opts.compositions[p]).reshape(-1, len(pool.slices))[opts.comp_id[comps]]
         for s, members in enumerate(pool.slices):
             used = counts[:, s] > 0
             stayers = st.slice_stayers.get((p, s), [])

@@ -26,11 +26,15 @@ cannot move).
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
+from functools import cache
+from operator import attrgetter
+from typing import Any
 from dataclasses import dataclass, replace
 
 import numpy as np
-import pandas as pd
 
 from schedlab.models.efficiency import best_batch
 from schedlab.state import BatchLimits, GradStats, JobSpec, RoundInput, Settings, ThroughputParams
@@ -137,9 +141,14 @@ def utility(speedup: np.ndarray, p: float) -> np.ndarray:
     return -(s**p)
 
 
-def unallocated_utility(min_speedup: float, settings: Settings) -> float:
-    u = float(utility(np.array([min_speedup]), settings.p)[0])
-    return u - (settings.unallocated_penalty - 1.0) * abs(u)
+def unallocated_utilities(job: np.ndarray, speedup: np.ndarray, keep: np.ndarray, num_jobs: int,
+                          settings: Settings) -> np.ndarray:
+    """U0_j of every job from its kept options' speedups (0 for a job without any)."""
+    smin = np.full(num_jobs, np.inf)
+    np.minimum.at(smin, job[keep], speedup[keep])
+    has = np.isfinite(smin)
+    u = utility(np.where(has, smin, 1.0), settings.p)
+    return np.where(has, u - (settings.unallocated_penalty - 1.0) * np.abs(u), 0.0)
 
 
 def restart_cost_s(job: JobSpec, settings: Settings) -> float:
@@ -220,8 +229,15 @@ def _value_rows(rows: _Rows, jobs: tuple[JobSpec, ...], fixed_bsz: np.ndarray | 
                       rows.nodes, rows.gpus, fixed)
 
 
-def field_values(obj) -> list[float]:
-    return list(obj.__dict__.values())
+def field_values(obj) -> tuple[float, ...]:
+    """A flat dataclass's field values in order (one C-level getter per class: this runs for every
+    job of every round)."""
+    return _getter(type(obj))(obj)
+
+
+@cache
+def _getter(cls: type) -> Callable[[Any], tuple]:
+    return attrgetter(*(f.name for f in dataclasses.fields(cls)))
 
 
 def prune_dominated(job: np.ndarray, group: np.ndarray, num_gpus: np.ndarray, value: np.ndarray) -> np.ndarray:
@@ -235,12 +251,13 @@ def prune_dominated(job: np.ndarray, group: np.ndarray, num_gpus: np.ndarray, va
     if not len(job):
         return np.ones(0, dtype=bool)
     order = np.lexsort((num_gpus, group, job))
-    v = np.asarray(value, dtype=float)[order]
     segment = np.r_[0, np.cumsum((np.diff(job[order]) != 0) | (np.diff(group[order]) != 0))]
-    # best of the smaller shapes before each option in its (job, group): a per-segment running max
-    best = pd.Series(v).groupby(segment).cummax().groupby(segment).shift(fill_value=-np.inf).to_numpy()
+    # A running max per (job, group) segment: dense ranks of the values, shifted so that every
+    # segment ranks above the ones before it; one cumulative max then never crosses a segment.
+    rank = np.unique(np.asarray(value, dtype=float)[order], return_inverse=True)[1].ravel() + segment * len(job)
+    before = np.r_[-1, np.maximum.accumulate(rank)[:-1]]  # best of the smaller shapes (or a previous segment)
     keep = np.ones(len(job), dtype=bool)
-    keep[order] = (group[order] < 0) | (v > best)
+    keep[order] = (group[order] < 0) | (rank > before)
     return keep
 
 
@@ -317,9 +334,7 @@ def enumerate_options(round_input: RoundInput, prune: bool = True) -> OptionSet:
     penalized = np.where(moves, speedup * factor[job_arr] if len(job_arr) else speedup, speedup)
     keep = (goodput > 0) & (penalized > 0)
 
-    U0 = np.zeros(len(jobs))
-    for j in np.unique(job_arr[keep]):
-        U0[j] = unallocated_utility(float(speedup[keep & (job_arr == j)].min()), settings)
+    U0 = unallocated_utilities(job_arr, speedup, keep, len(jobs), settings)
     stay_nodes = {j: c for j, c in stay_nodes.items() if np.any(keep & (job_arr == j) & (group_arr < 0))}
 
     if prune:
