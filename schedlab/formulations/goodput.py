@@ -54,7 +54,7 @@ import scipy.sparse as sp
 
 from schedlab.formulations.freezing import enumerate_freeze_options, has_freezing
 from schedlab.formulations.greedy import greedy_choice
-from schedlab.formulations.options import OptionSet, enumerate_options
+from schedlab.formulations.options import OptionSet, enumerate_options, job_allocations
 from schedlab.formulations.packing import NodeState
 from schedlab.solvers.arrays import MilpArrays
 from schedlab.state import JobAllocation, RoundInput
@@ -272,24 +272,7 @@ def decode(opts: OptionSet, chosen: np.ndarray) -> tuple[JobAllocation, ...]:
         if refs is None:
             raise RuntimeError(f"no room for job {jobs[opts.job[c]].id!r} ({opts.num_gpus[c]} GPUs)")
         gpus_of[c] = refs
-    by_job = {int(opts.job[c]): c for c in picked}
-    out = []
-    for j, job in enumerate(jobs):
-        c = by_job.get(j)
-        if c is None:
-            out.append(JobAllocation(job.id))
-            continue
-        r, local, accum = int(opts.num_gpus[c]), int(opts.local_bsz[c]), int(opts.accum_steps[c])
-        gpus = tuple(sorted(gpus_of[c]))
-        out.append(JobAllocation(
-            job_id=job.id, gpus=gpus, total_bsz=r * local * (accum + 1),
-            local_bsz=local, accum_steps=accum, goodput=float(opts.goodput[c]),
-            speedup=float(opts.speedup[c]),
-            restarted=job.running and gpus != tuple(sorted(job.current_gpus)),
-            frozen_groups=int(opts.frozen_groups[c]) if opts.frozen_groups is not None else 0,
-            freeze_penalty=float(opts.freeze_penalty[c]) if opts.freeze_penalty is not None else 0.0,
-        ))
-    return tuple(out)
+    return job_allocations(opts, picked, gpus_of)
 
 
 @dataclass(frozen=True)

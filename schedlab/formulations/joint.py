@@ -83,8 +83,9 @@ import scipy.sparse as sp
 
 from schedlab.formulations.freezing import fold_freeze_levels, has_freezing
 from schedlab.formulations.goodput import max_min_weight
-from schedlab.formulations.options import (chain_levels, fair_shape, field_values, multi_node_counts, node_groups,
-                                           prune_dominated, restart_factor, unallocated_utilities, utility)
+from schedlab.formulations.options import (chain_levels, fair_shape, field_values, job_allocations, multi_node_counts,
+                                           node_groups, prune_dominated, restart_factor, unallocated_utilities,
+                                           utility)
 from schedlab.formulations.packing import NodeState
 from schedlab.models.efficiency import BatchChoice, best_batch
 from schedlab.solvers.arrays import MilpArrays
@@ -753,23 +754,7 @@ def decode(opts: JointOptions, st: Structure, values: np.ndarray) -> tuple[JobAl
             refs += free
         state.free[k] = [i for i in state.free[k] if i not in refs]
         gpus_of[c] = tuple(GpuRef(nodes[k].id, i) for i in refs)
-    by_job = {int(opts.job[c]): c for c in picked}
-    out = []
-    for j, job in enumerate(jobs):
-        c = by_job.get(j)
-        if c is None:
-            out.append(JobAllocation(job.id))
-            continue
-        r, local, accum = int(opts.num_gpus[c]), int(opts.local_bsz[c]), int(opts.accum_steps[c])
-        gpus = tuple(sorted(gpus_of[c]))
-        out.append(JobAllocation(
-            job_id=job.id, gpus=gpus, total_bsz=r * local * (accum + 1), local_bsz=local, accum_steps=accum,
-            goodput=float(opts.goodput[c]), speedup=float(opts.speedup[c]),
-            restarted=job.running and gpus != tuple(sorted(job.current_gpus)),
-            frozen_groups=int(opts.frozen_groups[c]) if opts.frozen_groups is not None else 0,
-            freeze_penalty=float(opts.freeze_penalty[c]) if opts.freeze_penalty is not None else 0.0,
-        ))
-    return tuple(out)
+    return job_allocations(opts, picked, gpus_of)
 
 
 def greedy_point(opts: JointOptions, st: Structure) -> np.ndarray:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from schedlab.models.efficiency import best_batch
-from schedlab.state import BatchLimits, GradStats, JobSpec, RoundInput, Settings, ThroughputParams
+from schedlab.state import BatchLimits, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, Settings, ThroughputParams
 
 
 def chain_levels(gpus_per_node: int) -> tuple[int, ...]:
@@ -128,6 +128,28 @@ class OptionSet:
                        penalized_speedup=self.penalized_speedup[pick], utility=self.utility[pick],
                        local_bsz=self.local_bsz[pick], accum_steps=self.accum_steps[pick],
                        stay_nodes={j: c for j, c in self.stay_nodes.items() if j in kept})
+
+
+def job_allocations(opts, picked: np.ndarray, gpus_of: dict[int, tuple[GpuRef, ...]]) -> tuple[JobAllocation, ...]:
+    """Every job's allocation from its chosen option (picked) and that option's concrete GPUs;
+    `opts` is an option set (OptionSet, or the joint model's options)."""
+    by_job = {int(opts.job[c]): c for c in picked}
+    out = []
+    for j, job in enumerate(opts.round_input.jobs):
+        c = by_job.get(j)
+        if c is None:
+            out.append(JobAllocation(job.id))
+            continue
+        r, local, accum = int(opts.num_gpus[c]), int(opts.local_bsz[c]), int(opts.accum_steps[c])
+        gpus = tuple(sorted(gpus_of[c]))
+        out.append(JobAllocation(
+            job_id=job.id, gpus=gpus, total_bsz=r * local * (accum + 1), local_bsz=local, accum_steps=accum,
+            goodput=float(opts.goodput[c]), speedup=float(opts.speedup[c]),
+            restarted=job.running and gpus != tuple(sorted(job.current_gpus)),
+            frozen_groups=int(opts.frozen_groups[c]) if opts.frozen_groups is not None else 0,
+            freeze_penalty=float(opts.freeze_penalty[c]) if opts.freeze_penalty is not None else 0.0,
+        ))
+    return tuple(out)
 
 
 def utility(speedup: np.ndarray, p: float) -> np.ndarray:
