@@ -96,7 +96,7 @@ def structure(opts: OptionSet) -> Structure:
     )
 
 
-def _max_min_upper(opts: OptionSet) -> float:
+def max_min_upper(opts: OptionSet) -> float:
     """Upper bound of t. With more jobs than GPUs some job gets nothing, so t = 0: fixing it
     spares the solver an LP bound that spreads fractional GPUs over every job."""
     if opts.num_jobs > opts.round_input.cluster.total_gpus:
@@ -160,7 +160,7 @@ def build_arrays(opts: OptionSet) -> MilpArrays:
     integer = np.ones(num_cols, dtype=bool)
     if max_min:
         c[t_col] = max_min_weight(opts)
-        col_hi[t_col] = _max_min_upper(opts)
+        col_hi[t_col] = max_min_upper(opts)
         integer[t_col] = False
     row_hi = np.concatenate(hi)
     A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(len(row_hi), num_cols))
@@ -171,7 +171,7 @@ def build_arrays(opts: OptionSet) -> MilpArrays:
     )
 
 
-def _min_job_speedup(opts: OptionSet, x: np.ndarray) -> float:
+def min_job_speedup(opts: OptionSet, x: np.ndarray) -> float:
     """min_j sum_c s'_c x_c: the smallest penalized speedup of any job (0 if some job has none)."""
     per_job = np.zeros(opts.num_jobs)
     np.add.at(per_job, opts.job, opts.penalized_speedup * x)
@@ -197,7 +197,7 @@ def start_point(opts: OptionSet, st: Structure | None = None) -> np.ndarray:
         G = opts.groups[st.node_group[k]].gpus_per_node
         v[opts.num_options + i] = (G - sum(h for _, h in st.multi_stayer[k])) // d
     if t_col is not None:
-        v[t_col] = _min_job_speedup(opts, v[: opts.num_options])
+        v[t_col] = min_job_speedup(opts, v[: opts.num_options])
     return v
 
 
@@ -235,7 +235,7 @@ def build_pyomo(opts: OptionSet) -> pyo.ConcreteModel:
 
     p_mean = offset + sum(coef[c] * m.x[c] for c in m.C)
     if opts.round_input.settings.max_min:
-        m.t = pyo.Var(domain=pyo.NonNegativeReals, bounds=(0, _max_min_upper(opts)))
+        m.t = pyo.Var(domain=pyo.NonNegativeReals, bounds=(0, max_min_upper(opts)))
         m.minspd = pyo.Constraint(range(opts.num_jobs), rule=lambda m, j: m.t <= sum(
             opts.penalized_speedup[c] * m.x[c] for c in np.flatnonzero(opts.job == j)))
         m.obj = pyo.Objective(expr=max_min_weight(opts) * m.t + p_mean, sense=pyo.maximize)
@@ -246,11 +246,12 @@ def build_pyomo(opts: OptionSet) -> pyo.ConcreteModel:
 
 
 def objective_value(opts: OptionSet, chosen: np.ndarray) -> float:
-    """The model's objective for a set of chosen options (a boolean mask over options)."""
+    """The model's objective for a set of chosen options (a boolean mask over options); any
+    option set with utility, U0, job and penalized_speedup (the joint model's too)."""
     coef, offset = _objective_coefficients(opts)
     value = offset + float(coef @ chosen)
     if opts.round_input.settings.max_min:
-        value += max_min_weight(opts) * _min_job_speedup(opts, chosen)
+        value += max_min_weight(opts) * min_job_speedup(opts, chosen)
     return value
 
 

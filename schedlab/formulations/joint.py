@@ -82,7 +82,7 @@ import pyomo.environ as pyo
 import scipy.sparse as sp
 
 from schedlab.formulations.freezing import fold_freeze_levels, has_freezing
-from schedlab.formulations.goodput import max_min_weight
+from schedlab.formulations.goodput import max_min_upper, max_min_weight, min_job_speedup, objective_value
 from schedlab.formulations.options import (chain_levels, fair_shape, field_values, job_allocations, multi_node_counts,
                                            node_groups, prune_dominated, restart_factor, unallocated_utilities,
                                            utility)
@@ -578,12 +578,6 @@ def _constraints(opts: JointOptions, st: Structure) -> dict[str, Block]:
     return out
 
 
-def _max_min_upper(opts: JointOptions) -> float:
-    if opts.num_jobs > opts.round_input.cluster.total_gpus:
-        return 0.0
-    return float(opts.penalized_speedup.max(initial=0.0))
-
-
 def _columns(opts: JointOptions, st: Structure) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Objective coefficients, upper bounds and integrality of x, v, w, then t (max-min)."""
     cl, n = opts.cluster, opts.num_options
@@ -594,15 +588,9 @@ def _columns(opts: JointOptions, st: Structure) -> tuple[np.ndarray, np.ndarray,
     integer = np.ones(len(c), dtype=bool)
     if max_min:
         c = np.append(c, max_min_weight(opts))
-        hi = np.append(hi, _max_min_upper(opts))
+        hi = np.append(hi, max_min_upper(opts))
         integer = np.append(integer, False)
     return c, hi, integer
-
-
-def _min_speedup(opts: JointOptions, chosen: np.ndarray) -> float:
-    per_job = np.zeros(opts.num_jobs)
-    np.add.at(per_job, opts.job, opts.penalized_speedup * chosen)
-    return float(per_job.min()) if len(per_job) else 0.0
 
 
 def start_point(opts: JointOptions, st: Structure) -> np.ndarray:
@@ -615,7 +603,7 @@ def start_point(opts: JointOptions, st: Structure) -> np.ndarray:
         G = opts.cluster.pools[opts.cluster.pool_of[k]].gpus_per_node
         v[n + len(st.v_cols) + i] = (G - sum(h for _, h in st.multi_stayer[k])) // d
     if opts.round_input.settings.max_min:
-        v[-1] = _min_speedup(opts, v[:n])
+        v[-1] = min_job_speedup(opts, v[:n])
     return v
 
 
@@ -701,13 +689,6 @@ def option_label(opts: JointOptions, c: int) -> str:
     name = "single" if kind == SINGLE else "comp"
     shape = "x".join(map(str, opts.comp(c))) if kind == COMP else str(int(opts.num_gpus[c]))
     return f"{job}/{name}:p{int(opts.pool[c])}:{shape}"
-
-
-def objective_value(opts: JointOptions, chosen: np.ndarray) -> float:
-    value = float(opts.U0.sum() + (opts.utility - opts.U0[opts.job]) @ chosen)
-    if opts.round_input.settings.max_min:
-        value += max_min_weight(opts) * _min_speedup(opts, chosen)
-    return value
 
 
 def decode(opts: JointOptions, st: Structure, values: np.ndarray) -> tuple[JobAllocation, ...]:
