@@ -72,6 +72,13 @@ class _Checker:
             return default
         return int(v) if integer else float(v)
 
+    def flag(self, d: Mapping, key: str, where: str, default: bool) -> bool:
+        v = d.get(key, default)
+        if not isinstance(v, bool):
+            self.bad(f"{where}.{key}", f"must be true or false, got {v!r}")
+            return default
+        return v
+
     def mapping(self, d: Any, where: str) -> Mapping:
         if not isinstance(d, Mapping):
             self.bad(where, f"must be an object, got {type(d).__name__}")
@@ -369,6 +376,7 @@ def _parse_settings(ck: _Checker, raw: Any) -> Settings:
         mip_gap=ck.number(raw, "mip_gap", "settings", d.mip_gap, minimum=0.0),
         seed=ck.number(raw, "seed", "settings", d.seed, minimum=0, integer=True),
         tier_tolerance=ck.number(raw, "tier_tolerance", "settings", d.tier_tolerance, minimum=0.0),
+        lp_first=ck.flag(raw, "lp_first", "settings", d.lp_first),
     )
 
 

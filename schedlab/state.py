@@ -221,6 +221,8 @@ class Settings:
     formulation: the round model, by name (schedlab.formulations.FORMULATIONS): goodput,
        joint or placement. tier_tolerance: slowdown factors of one class within this relative
        distance are one tier, valued at its slowest (joint).
+    lp_first: highs solves the LP relaxation first and a MIP over its fractional jobs only
+       (solvers.highs_direct); False runs the full MIP.
     """
 
     formulation: str = "goodput"
@@ -232,6 +234,7 @@ class Settings:
     mip_gap: float = 1e-4
     seed: int = 0
     tier_tolerance: float = 0.05
+    lp_first: bool = True
 
     @property
     def max_min(self) -> bool:

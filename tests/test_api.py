@@ -196,3 +196,15 @@ def test_unknown_formulation_and_solver_are_named():
         solve_round(raw)
     assert any("settings.formulation" in p for p in err.value.problems)
     assert any("settings.solver" in p and "unknown solver" in p for p in err.value.problems)
+
+
+def test_lp_first_is_a_setting_and_must_be_a_boolean():
+    raw = _example()
+    raw["settings"]["lp_first"] = "no"
+    with pytest.raises(InputError) as err:
+        solve_round(raw)
+    assert any("settings.lp_first" in p and "true or false" in p for p in err.value.problems)
+    raw["settings"]["lp_first"] = False
+    full = solve_round(raw)
+    assert full.status == "optimal" and "LP" not in full.message
+    assert solve_round(_example()).objective == pytest.approx(full.objective, rel=1e-4)

@@ -167,7 +167,7 @@ def build_arrays(opts: OptionSet) -> MilpArrays:
     return MilpArrays(
         c=c, offset=offset, A=A, row_lo=np.full(len(row_hi), -np.inf), row_hi=row_hi,
         col_lo=np.zeros(num_cols), col_hi=col_hi, integer=integer,
-        start=start_point(opts, st),
+        start=start_point(opts, st), choice=np.concatenate([opts.job, np.full(num_cols - n, -1)]),
     )
 
 

@@ -638,7 +638,16 @@ def build_arrays(opts: JointOptions, st: Structure) -> MilpArrays:
         offset += len(block.keys)
     A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(offset, len(c)))
     return MilpArrays(c=c, offset=float(opts.U0.sum()), A=A, row_lo=np.array(lo, float), row_hi=np.array(hi, float),
-                      col_lo=np.zeros(len(c)), col_hi=col_hi, integer=integer, start=start_point(opts, st))
+                      col_lo=np.zeros(len(c)), col_hi=col_hi, integer=integer, start=start_point(opts, st),
+                      choice=_column_jobs(opts, st, len(c)))
+
+
+def _column_jobs(opts: JointOptions, st: Structure, num_cols: int) -> np.ndarray:
+    """The job of every column: x and v belong to their job; w and t to none (-1)."""
+    jobs = np.full(num_cols, -1)
+    jobs[: opts.num_options] = opts.job
+    jobs[opts.num_options: opts.num_options + len(st.v_cols)] = [j for j, _ in st.v_cols]
+    return jobs
 
 
 def build_pyomo(opts: JointOptions, st: Structure) -> pyo.ConcreteModel:

@@ -23,6 +23,7 @@ class MilpArrays:
     col_hi: np.ndarray
     integer: np.ndarray
     start: np.ndarray | None = None  # a feasible point to warm-start from, if known
+    choice: np.ndarray | None = None  # the job each column belongs to (-1: none); None: each its own
 
     @property
     def num_cols(self) -> int:

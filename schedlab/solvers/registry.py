@@ -18,7 +18,6 @@ from functools import partial
 from typing import Any
 
 from schedlab.errors import SolverError
-from schedlab.solvers.arrays import MilpArrays
 from schedlab.solvers.cpsat import solve_cpsat
 from schedlab.solvers.highs_direct import solve_highs
 from schedlab.solvers.outcome import SolveOutcome
@@ -28,15 +27,18 @@ from schedlab.state import Settings
 
 @dataclass(frozen=True)
 class ArraySolver:
-    """Solves the model's arrays (MilpArrays) with `solve(arrays, time_limit_s, mip_gap, seed)`."""
+    """Solves the model's arrays (MilpArrays) with `solve(arrays, time_limit_s, mip_gap, seed)`,
+    passing the settings named in `extra` as keywords (e.g. highs's lp_first)."""
 
-    solve: Callable[[MilpArrays, float, float, int], SolveOutcome]
+    solve: Callable[..., SolveOutcome]
+    extra: tuple[str, ...] = ()
 
     def __call__(self, model: Any, s: Settings) -> tuple[SolveOutcome, float]:
         t0 = time.perf_counter()
         arrays = model.arrays()
         build_s = time.perf_counter() - t0
-        return self.solve(arrays, s.time_limit_s, s.mip_gap, s.seed), build_s
+        extra = {name: getattr(s, name) for name in self.extra}
+        return self.solve(arrays, s.time_limit_s, s.mip_gap, s.seed, **extra), build_s
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ class PyomoSolver:
 
 
 SOLVERS: dict[str, Callable[[Any, Settings], tuple[SolveOutcome, float]]] = {
-    "highs": ArraySolver(solve_highs),
+    "highs": ArraySolver(solve_highs, extra=("lp_first",)),
     "cpsat": ArraySolver(solve_cpsat),
     "appsi_highs": PyomoSolver(solve_appsi_highs),
     **{name: PyomoSolver(partial(solve_legacy, solver=name)) for name in ("cbc", "glpk", "scip", "gurobi", "cplex")},
