@@ -208,7 +208,7 @@ def _parse_job(ck: _Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | No
     if not isinstance(job_id, str) or not job_id:
         ck.bad(f"{where}.id", f"must be a non-empty string, got {job_id!r}")
         return None
-    gpu_types = {n.gpu_type for n in cluster.nodes}
+    gpu_types = cluster.gpu_types
     app = raw.get("application")
     profile = None
     if app is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 # PAL's application classes (models.variability) of the shipped applications: ResNet-like CNNs
 # are class A, BERT-like (and, our choice, the RNN DeepSpeech2) class B, and NCF, memory-bound
@@ -70,9 +71,15 @@ class Cluster:
     nodes: tuple[Node, ...]
     topology: Topology | None = None
 
-    @property
+    # cached: parsing and valuing a round ask once per job (a frozen dataclass without slots
+    # keeps cached_property's value in its __dict__, outside the fields)
+    @cached_property
     def total_gpus(self) -> int:
         return sum(n.gpus for n in self.nodes)
+
+    @cached_property
+    def gpu_types(self) -> frozenset[str]:
+        return frozenset(n.gpu_type for n in self.nodes)
 
     @property
     def has_variability(self) -> bool:

@@ -742,7 +742,7 @@ def decode(opts: JointOptions, st: Structure, values: np.ndarray) -> tuple[JobAl
             if len(free) < count:
                 raise RuntimeError(f"no room on node {nodes[k].id!r} for job {jobs[opts.job[c]].id!r}")
             refs += free
-        state.free[k] = [i for i in state.free[k] if i not in refs]
+        state.set_free(k, [i for i in state.free[k] if i not in refs])
         gpus_of[c] = tuple(GpuRef(nodes[k].id, i) for i in refs)
     return job_allocations(opts, picked, gpus_of)
 
