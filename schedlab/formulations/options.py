@@ -189,16 +189,18 @@ def multi_node_counts(num_nodes: int) -> list[int]:
     return sorted(counts)
 
 
-def _job_shapes(job: JobSpec, groups: tuple[NodeGroup, ...]) -> list[tuple[int, int, int]]:
-    """(group, nodes, GPUs) of every new configuration within the job's GPU bounds."""
-    shapes = []
-    for gi, grp in enumerate(groups):
-        if grp.gpu_type not in job.throughput:
-            continue
-        single = [(gi, 1, d) for d in grp.levels]
-        multi = [(gi, n, n * grp.gpus_per_node) for n in multi_node_counts(len(grp.nodes))]
-        shapes += [s for s in single + multi if job.min_gpus <= s[2] <= job.max_gpus]
-    return shapes
+def group_shapes(grp: NodeGroup) -> tuple[np.ndarray, np.ndarray]:
+    """(nodes, GPUs) of the group's new configurations: its chain levels on one node, then
+    whole-node counts."""
+    multi = multi_node_counts(len(grp.nodes))
+    return (np.array([1] * len(grp.levels) + multi, dtype=int),
+            np.array(list(grp.levels) + [n * grp.gpus_per_node for n in multi], dtype=int))
+
+
+def _eligible(jobs: tuple[JobSpec, ...], groups: tuple[NodeGroup, ...]) -> np.ndarray:
+    """(jobs x groups) mask: the job has throughput parameters for the group's GPU type."""
+    return np.array([[g.gpu_type in job.throughput for g in groups] for job in jobs], dtype=bool).reshape(
+        len(jobs), len(groups))
 
 
 def fair_shape(job: JobSpec, round_input: RoundInput, groups: tuple[NodeGroup, ...]) -> tuple[str, int, int]:
@@ -218,36 +220,36 @@ def _stay_shape(job: JobSpec, node_index: dict[str, int]) -> dict[int, int]:
     return counts
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Rows:
-    """Flat per-row inputs of one vectorized best_batch call."""
+    """Flat per-row inputs of one vectorized best_batch call: job, group (-1: a stay option),
+    GPU type (index into `types`), nodes and GPUs of every row."""
 
-    job: list[int]
-    group: list[int]
-    gpu_type: list[str]
-    nodes: list[int]
-    gpus: list[int]
+    job: np.ndarray
+    group: np.ndarray
+    gpu_type: np.ndarray
+    nodes: np.ndarray
+    gpus: np.ndarray
+    types: tuple[str, ...]
 
-    def add(self, job: int, group: int, gpu_type: str, nodes: int, gpus: int) -> None:
-        self.job.append(job)
-        self.group.append(group)
-        self.gpu_type.append(gpu_type)
-        self.nodes.append(nodes)
-        self.gpus.append(gpus)
+    def take(self, which: np.ndarray, job: np.ndarray | None = None) -> _Rows:
+        """Rows `which`, valued as the jobs `job` if given."""
+        return _Rows(self.job[which] if job is None else np.asarray(job, dtype=int), self.group[which],
+                     self.gpu_type[which], self.nodes[which], self.gpus[which], self.types)
 
 
 def _value_rows(rows: _Rows, jobs: tuple[JobSpec, ...], fixed_bsz: np.ndarray | None = None):
     """Best batch of every row in one call (or the given total batch per row); per-(job, GPU
     type) parameters gathered by index."""
-    keys = sorted(set(zip(rows.job, rows.gpu_type)))
-    key_index = {k: i for i, k in enumerate(keys)}
-    table = np.array([field_values(jobs[j].throughput[t]) for j, t in keys])
-    idx = np.array([key_index[k] for k in zip(rows.job, rows.gpu_type)], dtype=int)
-    j = np.asarray(rows.job, dtype=int)
-    job_grad = np.array([field_values(job.grad_stats) for job in jobs])[j]
-    job_batch = np.array([field_values(job.batch) for job in jobs])[j]
+    T = max(len(rows.types), 1)
+    keys, idx = np.unique(rows.job * T + rows.gpu_type, return_inverse=True)
+    table = np.array([field_values(jobs[k // T].throughput[rows.types[k % T]]) for k in keys.tolist()])
+    table = table.reshape(len(keys), len(dataclasses.fields(ThroughputParams)))
+    j = rows.job
+    job_grad = np.array([field_values(job.grad_stats) for job in jobs]).reshape(len(jobs), 2)[j]
+    job_batch = np.array([field_values(job.batch) for job in jobs]).reshape(len(jobs), -1)[j]
     fixed = np.array([job.fixed_bsz or 0 for job in jobs])[j] if fixed_bsz is None else fixed_bsz
-    return best_batch(ThroughputParams(*table[idx].T), GradStats(*job_grad.T), BatchLimits(*job_batch.T),
+    return best_batch(ThroughputParams(*table[idx.ravel()].T), GradStats(*job_grad.T), BatchLimits(*job_batch.T),
                       rows.nodes, rows.gpus, fixed)
 
 
@@ -286,10 +288,12 @@ def prune_dominated(job: np.ndarray, group: np.ndarray, num_gpus: np.ndarray, va
 def _option_rows(opts: OptionSet) -> _Rows:
     """The rows (job, group, GPU type, nodes, GPUs) of the options, for re-valuing them."""
     jobs, nodes = opts.round_input.jobs, opts.round_input.cluster.nodes
-    node_index = {n.id: k for k, n in enumerate(nodes)}
-    types = [opts.groups[g].gpu_type if g >= 0 else nodes[node_index[jobs[j].current_gpus[0].node]].gpu_type
-             for j, g in zip(opts.job, opts.group)]
-    return _Rows(list(opts.job), list(opts.group), types, list(opts.num_nodes), list(opts.num_gpus))
+    types = tuple(sorted({g.gpu_type for g in opts.groups} | {n.gpu_type for n in nodes}))
+    node_type = {n.id: types.index(n.gpu_type) for n in nodes}
+    group_type = np.array([types.index(g.gpu_type) for g in opts.groups] + [-1], dtype=int)[opts.group]
+    stays = np.flatnonzero(opts.group < 0)
+    group_type[stays] = [node_type[jobs[j].current_gpus[0].node] for j in opts.job[stays]]
+    return _Rows(opts.job, opts.group, group_type, opts.num_nodes, opts.num_gpus, types)
 
 
 def option_goodput(opts: OptionSet, total_bsz: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -303,10 +307,53 @@ def option_best_batch(opts: OptionSet, jobs: tuple[JobSpec, ...], which: np.ndar
     """The best batch and its goodput of the shapes of options `which` (indices) for other
     jobs: option which[i] is valued as jobs[job_of[i]] (e.g. a variant with layers frozen).
     One vectorized call; a BatchChoice aligned with `which`."""
-    rows = _option_rows(opts)
-    pick = lambda xs: [xs[i] for i in which]  # noqa: E731
-    return _value_rows(_Rows(list(job_of), pick(rows.group), pick(rows.gpu_type), pick(rows.nodes), pick(rows.gpus)),
-                       jobs)
+    return _value_rows(_option_rows(opts).take(np.asarray(which, dtype=int), job_of), jobs)
+
+
+def _round_rows(round_input: RoundInput, groups: tuple[NodeGroup, ...]) -> tuple[_Rows, dict[int, dict[int, int]]]:
+    """Every job's new shapes in every usable group (within its GPU bounds), then its stay
+    shape if running within bounds; ordered by job, group, shape. And each stayer's GPUs per node."""
+    jobs, nodes = round_input.jobs, round_input.cluster.nodes
+    types = tuple(sorted({n.gpu_type for n in nodes}))
+    eligible = _eligible(jobs, groups)
+    lo = np.array([job.min_gpus for job in jobs], dtype=int)
+    hi = np.array([job.max_gpus for job in jobs], dtype=int)
+    parts = []
+    for g, grp in enumerate(groups):
+        shape_nodes, shape_gpus = group_shapes(grp)
+        mine = np.flatnonzero(eligible[:, g])
+        jj, ss = np.nonzero((shape_gpus >= lo[mine, None]) & (shape_gpus <= hi[mine, None]))
+        parts.append(np.stack([mine[jj], np.full(len(jj), g), ss, shape_nodes[ss], shape_gpus[ss],
+                               np.full(len(jj), types.index(grp.gpu_type))]))
+    node_index = {n.id: k for k, n in enumerate(nodes)}
+    stay_nodes: dict[int, dict[int, int]] = {}
+    stays = []
+    for j in np.flatnonzero(eligible.any(axis=1)).tolist():
+        job = jobs[j]
+        if job.running and job.min_gpus <= len(job.current_gpus) <= job.max_gpus:
+            counts = _stay_shape(job, node_index)
+            stay_nodes[j] = counts
+            stays.append((j, -1, len(groups), len(counts), len(job.current_gpus), types.index(nodes[next(iter(counts))].gpu_type)))
+    parts.append(np.array(stays, dtype=int).reshape(-1, 6).T)
+    job, group, shape, num_nodes, gpus, gpu_type = np.concatenate(parts, axis=1)
+    order = np.lexsort((shape, np.where(group < 0, len(groups), group), job))
+    return _Rows(job[order], group[order], gpu_type[order], num_nodes[order], gpus[order], types), stay_nodes
+
+
+def _fair_rows(round_input: RoundInput, groups: tuple[NodeGroup, ...], types: tuple[str, ...]) -> _Rows:
+    """fair_shape of every job that can use some group, vectorized."""
+    jobs = round_input.jobs
+    eligible = _eligible(jobs, groups)
+    has = np.flatnonzero(eligible.any(axis=1))
+    capacity = np.array([len(g.nodes) * g.gpus_per_node for g in groups], dtype=int)
+    per_node = np.array([g.gpus_per_node for g in groups], dtype=int)
+    best = np.argmax(np.where(eligible[has], capacity, -1), axis=1)  # the first largest, as max() picks
+    share = math.ceil(round_input.cluster.total_gpus / max(len(jobs), 1))
+    lo = np.array([max(jobs[j].min_gpus, 1) for j in has.tolist()], dtype=int)
+    hi = np.array([jobs[j].max_gpus for j in has.tolist()], dtype=int)
+    gpus = np.minimum(np.minimum(np.maximum(share, lo), hi), capacity[best])
+    group_type = np.array([types.index(g.gpu_type) for g in groups], dtype=int)
+    return _Rows(has, np.full(len(has), -1), group_type[best], -(-gpus // per_node[best]), gpus, types)
 
 
 def enumerate_options(round_input: RoundInput, prune: bool = True) -> OptionSet:
@@ -316,27 +363,11 @@ def enumerate_options(round_input: RoundInput, prune: bool = True) -> OptionSet:
     """
     jobs, settings = round_input.jobs, round_input.settings
     groups = node_groups(round_input)
-    node_index = {n.id: k for k, n in enumerate(round_input.cluster.nodes)}
-    node_type = [n.gpu_type for n in round_input.cluster.nodes]
-
-    rows = _Rows([], [], [], [], [])
-    fair_rows = _Rows([], [], [], [], [])
-    stay_nodes: dict[int, dict[int, int]] = {}
-    for j, job in enumerate(jobs):
-        if not any(g.gpu_type in job.throughput for g in groups):
-            continue
-        for gi, n, r in _job_shapes(job, groups):
-            rows.add(j, gi, groups[gi].gpu_type, n, r)
-        if job.running and job.min_gpus <= len(job.current_gpus) <= job.max_gpus:
-            counts = _stay_shape(job, node_index)
-            stay_nodes[j] = counts
-            rows.add(j, -1, node_type[next(iter(counts))], len(counts), len(job.current_gpus))
-        t, n, r = fair_shape(job, round_input, groups)
-        fair_rows.add(j, -1, t, n, r)
-
-    job_arr = np.asarray(rows.job, dtype=int)
+    rows, stay_nodes = _round_rows(round_input, groups)
+    job_arr = rows.job
     if len(job_arr):
         choice = _value_rows(rows, jobs)
+        fair_rows = _fair_rows(round_input, groups, rows.types)
         fair = _value_rows(fair_rows, jobs)
         fair_goodput = np.zeros(len(jobs))
         fair_goodput[fair_rows.job] = fair.goodput
@@ -350,27 +381,29 @@ def enumerate_options(round_input: RoundInput, prune: bool = True) -> OptionSet:
         goodput = speedup = np.zeros(0)
         choice = None
 
-    group_arr = np.asarray(rows.group, dtype=int)
+    group_arr = rows.group
     factor = np.array([restart_factor(job, settings) if job.running else 1.0 for job in jobs])
-    moves = (group_arr >= 0) & np.array([jobs[j].running for j in job_arr], dtype=bool)
+    running = np.array([job.running for job in jobs], dtype=bool)
+    moves = (group_arr >= 0) & running[job_arr]
     penalized = np.where(moves, speedup * factor[job_arr] if len(job_arr) else speedup, speedup)
     keep = (goodput > 0) & (penalized > 0)
 
     U0 = unallocated_utilities(job_arr, speedup, keep, len(jobs), settings)
-    stay_nodes = {j: c for j, c in stay_nodes.items() if np.any(keep & (job_arr == j) & (group_arr < 0))}
+    kept_stays = set(job_arr[keep & (group_arr < 0)].tolist())
+    stay_nodes = {j: c for j, c in stay_nodes.items() if j in kept_stays}
 
     if prune:
         util = np.full(len(job_arr), -np.inf)
         util[keep] = utility(penalized[keep], settings.p)
-        keep &= prune_dominated(job_arr, group_arr, np.asarray(rows.gpus, dtype=int), util)
+        keep &= prune_dominated(job_arr, group_arr, rows.gpus, util)
     pick = np.flatnonzero(keep)
     return OptionSet(
         round_input=round_input,
         groups=groups,
         job=job_arr[pick],
         group=group_arr[pick],
-        num_nodes=np.asarray(rows.nodes, dtype=int)[pick],
-        num_gpus=np.asarray(rows.gpus, dtype=int)[pick],
+        num_nodes=rows.nodes[pick],
+        num_gpus=rows.gpus[pick],
         goodput=goodput[pick],
         speedup=speedup[pick],
         penalized_speedup=penalized[pick],
