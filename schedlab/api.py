@@ -12,12 +12,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
+from concurrent.futures import Executor
 from dataclasses import replace
 from typing import Any
 
 from schedlab.errors import SchedlabError
 from schedlab.formulations import FORMULATIONS
 from schedlab.io import parse_round_input, round_input_to_dict
+from schedlab.partition import auto_partitions, solve_partitioned
 from schedlab.solvers.outcome import FAILED, SolveOutcome
 from schedlab.solvers.registry import solver as get_solver
 from schedlab.state import RoundInput, RoundResult
@@ -35,18 +37,29 @@ def _as_round_input(round_input: RoundInput | Mapping[str, Any]) -> RoundInput:
 
 def solve_round(round_input: RoundInput | Mapping[str, Any], *, solver: str | None = None,
                 time_limit_s: float | None = None, mip_gap: float | None = None,
-                formulation: str | None = None) -> RoundResult:
+                formulation: str | None = None, partitions: int | None = None,
+                executor: Executor | None = None) -> RoundResult:
     """Allocate GPUs and batch sizes to every job of one round.
 
     `round_input` is a RoundInput or its JSON dict (schema: schedlab/schemas). Keyword
-    arguments override the input's settings. Raises InputError for bad input; otherwise
-    always returns a verified allocation.
+    arguments override the input's settings. A round split into parts (settings.partitions,
+    schedlab.partition) solves them on `executor` (e.g. Dask's client.get_executor()), else on
+    local processes. Raises InputError for bad input; otherwise always returns a verified
+    allocation.
     """
     ri = _as_round_input(round_input)
     overrides = {k: v for k, v in {"solver": solver, "time_limit_s": time_limit_s, "mip_gap": mip_gap,
-                                    "formulation": formulation}.items() if v is not None}
+                                    "formulation": formulation, "partitions": partitions}.items() if v is not None}
     if overrides:
         ri = replace(ri, settings=replace(ri.settings, **overrides))
+    if (k := auto_partitions(ri)) > 1:
+        result = solve_partitioned(ri, k, _solve_validated, executor)
+        verify(ri, result.allocations)
+        return result
+    return _solve_validated(ri)
+
+
+def _solve_validated(ri: RoundInput) -> RoundResult:
     s = ri.settings
     t0 = time.perf_counter()
     model = FORMULATIONS[s.formulation](ri)

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import collections
+import multiprocessing
+import resource
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
 import numpy as np
 
 from schedlab.api import solve_round
 from schedlab.clusters import ClusterSpec, make_cluster
+from schedlab.formulations.goodput import allocation_objective, build_arrays
+from schedlab.formulations.options import enumerate_options
 from schedlab.models.freezing import DEFAULT_BUDGET, layer_profile
 from schedlab.models.profiles import APPLICATIONS, shipped_profiles
+from schedlab.partition import PARTITIONED, auto_partitions
+from schedlab.solvers.highs_direct import lp_bound
 from schedlab.state import Cluster, FreezeSpec, GpuRef, GradStats, JobSpec, Node, RoundInput, Settings
 
 
@@ -103,3 +110,54 @@ def run_bench(num_gpus: int, num_jobs: int, rounds: int, solver: str = "highs", 
         "gap_max": float(max(gaps)), "status_counts": dict(statuses),
     }
 
+
+
+SCALE_GPUS = (64, 256, 1024, 2048, 4096, 16384, 65536)
+
+
+def scale_rounds(num_gpus: int) -> int:
+    """Rounds timed per size: 20 up to 1,024 GPUs, then fewer as each costs more."""
+    return max(2, min(20, 20 * 1024 // num_gpus))
+
+
+def run_scale(sizes: tuple[int, ...] = SCALE_GPUS, seed: int = 0, time_limit_s: float = 30.0) -> list[dict]:
+    """One row per cluster size (jobs = GPUs / 2), each measured in a fresh process so that its
+    memory peak is its own: `_scale_row`."""
+    ctx = multiprocessing.get_context("spawn")
+    rows = []
+    for gpus in sizes:
+        with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+            rows.append(pool.submit(_scale_row, gpus, gpus // 2, scale_rounds(gpus), seed, time_limit_s).result())
+    return rows
+
+
+def _scale_row(num_gpus: int, num_jobs: int, rounds: int, seed: int, time_limit_s: float) -> dict:
+    """Latency of `rounds` random rounds (auto partitions), and after the timing, untimed, each
+    answer's loss against the unpartitioned round's LP bound, valued in the unpartitioned model."""
+    rng = np.random.default_rng(seed)
+    settings = Settings(time_limit_s=time_limit_s)
+    build, solve, total, losses, parts, statuses = [], [], [], [], [], collections.Counter()
+    for _ in range(rounds):
+        ri = random_round(rng, num_gpus, num_jobs, settings=settings)
+        t0 = time.perf_counter()
+        res = solve_round(ri)
+        total.append(time.perf_counter() - t0)
+        build.append(res.build_s)
+        solve.append(res.solve_s)
+        statuses[res.status] += 1
+        parts.append(auto_partitions(ri))
+        losses.append(res.gap if res.status != PARTITIONED else _loss_vs_lp_bound(ri, res))
+    peak_mb = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024
+    ms = lambda xs, q: float(np.percentile(xs, q) * 1e3)  # noqa: E731
+    return {"gpus": num_gpus, "jobs": num_jobs, "rounds": rounds, "partitions": max(parts),
+            "build_p50_ms": ms(build, 50), "solve_p50_ms": ms(solve, 50),
+            "total_p50_ms": ms(total, 50), "total_p95_ms": ms(total, 95),
+            "gap_vs_lp_max": float(max(losses)), "peak_mb": peak_mb, "status_counts": dict(statuses)}
+
+
+def _loss_vs_lp_bound(ri: RoundInput, res) -> float:
+    """(LP bound - objective) / |objective|, both of the unpartitioned round's model."""
+    full = enumerate_options(ri, prune=False)
+    bound = lp_bound(build_arrays(enumerate_options(ri)))
+    objective = allocation_objective(full, res.allocations)
+    return (bound - objective) / max(abs(objective), 1e-9)

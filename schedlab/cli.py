@@ -30,6 +30,8 @@ def _cmd_solve(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from schedlab.bench import run_bench
 
+    if args.scale:
+        return _bench_scale(args)
     p = -math.inf if args.p in ("-inf", "max-min") else float(args.p)
     out = run_bench(args.gpus, args.jobs, args.rounds, solver=args.solver, seed=args.seed, p=p,
                     time_limit_s=args.time_limit, freeze_fraction=args.freeze, formulation=args.formulation,
@@ -39,6 +41,22 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     else:
         for k, v in out.items():
             print(f"{k:14s} {v}")
+    return 0
+
+
+def _bench_scale(args: argparse.Namespace) -> int:
+    from schedlab.bench import SCALE_GPUS, run_scale
+
+    sizes = tuple(g for g in SCALE_GPUS if g <= args.max_gpus)
+    rows = run_scale(sizes, seed=args.seed, time_limit_s=args.time_limit)
+    if not args.json:
+        print(f"{'GPUs':>7} {'jobs':>6} {'rounds':>6} {'parts':>5} {'build p50':>10} {'solve p50':>10} "
+              f"{'total p50':>10} {'total p95':>10} {'gap vs LP':>10} {'peak MB':>8}  statuses")
+        for r in rows:
+            print(f"{r['gpus']:>7,} {r['jobs']:>6,} {r['rounds']:>6} {r['partitions']:>5} {r['build_p50_ms']:>8.0f}ms "
+                  f"{r['solve_p50_ms']:>8.0f}ms {r['total_p50_ms']:>8.0f}ms {r['total_p95_ms']:>8.0f}ms "
+                  f"{r['gap_vs_lp_max']:>10.1e} {r['peak_mb']:>8.0f}  {r['status_counts']}")
+    print(json.dumps({"scale": rows}))
     return 0
 
 
@@ -183,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--racks", type=int, default=0, help="spread the nodes over this many racks (0: no topology)")
     bench.add_argument("--variability", default="none",
                        help="GPU variability: none, measured (PAL's Longhorn GPUs, seen as tiers) or centroids")
+    bench.add_argument("--scale", action="store_true",
+                       help="one table from 64 to 65,536 GPUs (jobs = GPUs / 2), each size in a fresh process")
+    bench.add_argument("--max-gpus", type=int, default=65536, help="with --scale: the largest size to run")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(func=_cmd_bench)
 

@@ -377,6 +377,7 @@ def _parse_settings(ck: _Checker, raw: Any) -> Settings:
         seed=ck.number(raw, "seed", "settings", d.seed, minimum=0, integer=True),
         tier_tolerance=ck.number(raw, "tier_tolerance", "settings", d.tier_tolerance, minimum=0.0),
         lp_first=ck.flag(raw, "lp_first", "settings", d.lp_first),
+        partitions=ck.number(raw, "partitions", "settings", d.partitions, minimum=0, integer=True),
     )
 
 

@@ -230,6 +230,8 @@ class Settings:
        distance are one tier, valued at its slowest (joint).
     lp_first: highs solves the LP relaxation first and a MIP over its fractional jobs only
        (solvers.highs_direct); False runs the full MIP.
+    partitions: split the round into this many parts solved in parallel (schedlab.partition,
+       POP); 0 chooses from the round's size (1 up to 10,000 jobs), 1 never splits.
     """
 
     formulation: str = "goodput"
@@ -242,6 +244,7 @@ class Settings:
     seed: int = 0
     tier_tolerance: float = 0.05
     lp_first: bool = True
+    partitions: int = 0
 
     @property
     def max_min(self) -> bool:
@@ -285,7 +288,8 @@ class JobAllocation:
 
 @dataclass(frozen=True)
 class RoundResult:
-    """The answer of a round. status: optimal | time_limit (feasible, not proven) | fallback."""
+    """The answer of a round. status: optimal | time_limit (feasible, not proven) | fallback |
+    partitioned (each part solved on its own, schedlab.partition)."""
 
     allocations: tuple[JobAllocation, ...]
     status: str

@@ -315,3 +315,21 @@ def goodput_model(round_input: RoundInput) -> GoodputModel:
     """The goodput round, with freeze levels folded in when a job opts in to freezing."""
     opts = enumerate_freeze_options(round_input) if has_freezing(round_input) else enumerate_options(round_input)
     return GoodputModel(opts)
+
+
+def allocation_objective(opts: OptionSet, allocations: tuple[JobAllocation, ...]) -> float:
+    """The model's objective for any allocation of the round (e.g. a partitioned answer):
+    each job's allocation read as its option (staying, or a group's shape); opts should be
+    enumerated with prune=False so that every shape is there. KeyError if a shape is not."""
+    ri = opts.round_input
+    node_group = {ri.cluster.nodes[k].id: g for g, grp in enumerate(opts.groups) for k in grp.nodes}
+    index = {(int(j), int(g), int(n), int(r)): c
+             for c, (j, g, n, r) in enumerate(zip(opts.job, opts.group, opts.num_nodes, opts.num_gpus))}
+    chosen = np.zeros(opts.num_options, dtype=bool)
+    for j, (job, alloc) in enumerate(zip(ri.jobs, allocations)):
+        if not alloc.gpus:
+            continue
+        stays = set(alloc.gpus) == set(job.current_gpus)
+        group = -1 if stays else node_group[alloc.gpus[0].node]
+        chosen[index[j, group, alloc.num_nodes, alloc.num_gpus]] = True
+    return objective_value(opts, chosen)
