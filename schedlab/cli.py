@@ -68,7 +68,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
     from schedlab.policies import make_policy
     from schedlab.replay.engine import WORLDS, replay, write_outputs
-    from schedlab.traces import load_sia_philly, load_workload, sia_philly_jobs, trace_jobs, workload_from_sia_philly
+    from schedlab.traces import (load_sia_philly, load_workload, philly_trace_workload, sia_philly_jobs, trace_jobs,
+                                 workload_from_sia_philly)
 
     if args.world not in WORLDS:
         return _fail(f"--world {args.world!r}: use one of {', '.join(WORLDS)}")
@@ -81,10 +82,14 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         jobs = sia_philly_jobs(load_sia_philly(args.sia_philly), config.sia_philly_work)
     elif args.sia_philly:
         jobs = trace_jobs(workload_from_sia_philly(load_sia_philly(args.sia_philly), np.random.default_rng(0)))
+    elif args.trace:
+        jobs = trace_jobs(philly_trace_workload(np.random.default_rng(0), args.start_day, args.days))
     else:
         jobs = trace_jobs(load_workload(args.workload))
+    # the horizon follows the trace: the world's drain time after the last submission
+    config = replace(config, horizon_s=max(config.horizon_s, max(j.submit_s for j in jobs) + config.horizon_s))
     policy = make_policy(args.policy)
-    name = args.workload or args.sia_philly
+    name = args.workload or args.sia_philly or f"{args.trace} (day {args.start_day:g}, {args.days or 'all'} days)"
     with tqdm(total=len(jobs), unit="job", disable=args.quiet, file=sys.stderr,
               desc=f"{args.policy} on {name}") as bar:
         def on_round(now_s: float, done: int) -> None:
@@ -211,6 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
     trace = rp.add_mutually_exclusive_group(required=True)
     trace.add_argument("--workload", help="Pollux-format CSV, or a shipped name (workload-1..8)")
     trace.add_argument("--sia-philly", help="a Sia-Philly trace (CSV, or a shipped name workload-1..8)")
+    trace.add_argument("--trace", choices=["philly"],
+                       help="the shipped Philly trace at its real timestamps (82,247 jobs over 109 days)")
+    rp.add_argument("--start-day", type=float, default=0.0, help="with --trace: the window's first day")
+    rp.add_argument("--days", type=float, default=None, help="with --trace: the window's length (default: to the end)")
     rp.add_argument("--world", default="pollux",
                     help="the simulated world (replay.engine.WORLDS): pollux (the Pollux artifact's), pal (PAL's "
                          "simulator), variability (pollux on PAL's measured GPUs and 4 racks)")

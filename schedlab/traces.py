@@ -157,6 +157,24 @@ def philly_workload(num_jobs: int, rng: np.random.Generator, start_hour: int = 2
     return _workload(times, apps, rng)
 
 
+def philly_trace_workload(rng: np.random.Generator, start_day: float = 0.0, days: float | None = None,
+                          philly: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The Philly trace at its real timestamps: every job submitted in [start_day, start_day +
+    days) days after the trace's first submission (to its end when days is None), at its
+    offset in seconds from the window's start; applications by GPU-time and requests as
+    philly_workload draws them (the whole trace: 82,247 jobs over 109 days)."""
+    trace = load_philly() if philly is None else philly
+    if start_day < 0 or days is not None and days <= 0:
+        raise ConfigError(f"start_day {start_day} must be >= 0 and days {days} > 0")
+    offset_s = (trace.timestamp - trace.timestamp.min()).dt.total_seconds().to_numpy(float) - start_day * 86400.0
+    keep = (offset_s >= 0) & (offset_s < (days * 86400.0 if days is not None else np.inf))
+    if not keep.any():
+        span = (trace.timestamp.max() - trace.timestamp.min()).total_seconds() / 86400.0
+        raise ConfigError(f"no Philly job in days [{start_day}, {start_day + (days or 0)}); the trace spans {span:.0f} days")
+    apps = [_application_by_gpu_time(g, rng) for g in trace.gpu_time.to_numpy(float)[keep]]
+    return _workload(offset_s[keep], apps, rng)
+
+
 def workload_from_sia_philly(trace: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
     """A Sia-Philly trace as a Pollux workload: applications by GPU-time (num_gpus x duration)."""
     gpu_time = trace.num_gpus.to_numpy(float) * trace.duration.to_numpy(float)
