@@ -81,6 +81,11 @@ class Cluster:
     def gpu_types(self) -> frozenset[str]:
         return frozenset(n.gpu_type for n in self.nodes)
 
+    @cached_property
+    def node_index(self) -> dict[str, int]:
+        """Node id -> its index in `nodes` (do not mutate: shared by every caller)."""
+        return {n.id: k for k, n in enumerate(self.nodes)}
+
     @property
     def has_variability(self) -> bool:
         return any(n.slowdown for n in self.nodes)

@@ -12,7 +12,8 @@ from schedlab.state import JobAllocation, RoundInput
 def problems(round_input: RoundInput, allocations: tuple[JobAllocation, ...], budgets: bool = True) -> list[str]:
     """Every rule broken; `budgets=False` leaves freezing budgets out (a replay lets a budget-blind
     policy overspend, and counts it)."""
-    nodes = {n.id: n for n in round_input.cluster.nodes}
+    cluster = round_input.cluster
+    index = cluster.node_index
     jobs = {j.id: j for j in round_input.jobs}
     found: list[str] = []
     seen_jobs: set[str] = set()
@@ -26,7 +27,7 @@ def problems(round_input: RoundInput, allocations: tuple[JobAllocation, ...], bu
         seen_jobs.add(a.job_id)
         job = jobs[a.job_id]
         for g in a.gpus:
-            if g.node not in nodes or not 0 <= g.gpu < nodes[g.node].gpus:
+            if g.node not in index or not 0 <= g.gpu < cluster.nodes[index[g.node]].gpus:
                 found.append(f"job {a.job_id!r} holds GPU {g.node}:{g.gpu}, which does not exist")
                 continue
             if (g.node, g.gpu) in holder:
@@ -43,7 +44,7 @@ def problems(round_input: RoundInput, allocations: tuple[JobAllocation, ...], bu
             continue
         if not job.min_gpus <= len(a.gpus) <= job.max_gpus:
             found.append(f"job {a.job_id!r} got {len(a.gpus)} GPUs outside its [{job.min_gpus}, {job.max_gpus}]")
-        types = {nodes[g.node].gpu_type for g in a.gpus if g.node in nodes}
+        types = {cluster.nodes[index[g.node]].gpu_type for g in a.gpus if g.node in index}
         if len(types) > 1 or not types <= set(job.throughput):
             found.append(f"job {a.job_id!r} runs on GPU types {sorted(types)} it has no model for, or mixes them")
         if a.total_bsz != len(a.gpus) * a.local_bsz * (a.accum_steps + 1):

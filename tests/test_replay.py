@@ -21,7 +21,9 @@ from schedlab.replay.truth import application_truth
 from schedlab.state import GpuRef
 from schedlab.traces import (
     load_sia_philly,
+    load_philly,
     load_workload,
+    philly_trace_workload,
     philly_workload,
     shipped_workloads,
     synthetic_workload,
@@ -168,6 +170,29 @@ def test_philly_sampling_is_seeded_and_maps_by_gpu_time():
     pd.testing.assert_frame_equal(a, b)
     assert len(a) == 50 and a.time.is_monotonic_increasing and a.time.max() < 8 * 3600
     assert set(a.application) <= {"cifar10", "ncf", "deepspeech2", "bert", "yolov3", "imagenet"}
+
+
+def test_philly_trace_keeps_real_timestamps_in_any_window():
+    trace = load_philly()
+    first = trace.timestamp.min()
+    window = philly_trace_workload(np.random.default_rng(0), start_day=30, days=2, philly=trace)
+    in_window = trace[(trace.timestamp >= first + pd.Timedelta(days=30)) & (trace.timestamp < first + pd.Timedelta(days=32))]
+    assert len(window) == len(in_window) > 100
+    expected = np.sort((in_window.timestamp - first - pd.Timedelta(days=30)).dt.total_seconds().to_numpy())
+    np.testing.assert_allclose(window.time.to_numpy(), expected)  # real gaps, not folded into a day
+    whole = philly_trace_workload(np.random.default_rng(0), philly=trace)
+    assert len(whole) == len(trace) and whole.time.max() / 86400 > 108
+    with pytest.raises(ConfigError, match="no Philly job"):
+        philly_trace_workload(np.random.default_rng(0), start_day=200, philly=trace)
+
+
+def test_replay_of_a_trace_window_runs_from_the_cli():
+    out = subprocess.run([sys.executable, "-m", "schedlab.cli", "replay", "--trace", "philly", "--start-day", "40",
+                          "--days", "0.1", "--nodes", "16", "--policy", "tiresias", "--quiet", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["jobs_total"] > 5 and summary["jobs_completed"] == summary["jobs_total"]
 
 
 def test_synthetic_workload_follows_rate_and_mix():

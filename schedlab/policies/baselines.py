@@ -22,13 +22,15 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import ClassVar
 
+from schedlab.formulations.packing import NodeState
 from schedlab.models.efficiency import goodput, split_fixed_batch
 from schedlab.models.throughput import step_time_s
-from schedlab.formulations.packing import NodeState
 from schedlab.policies.base import HEURISTIC
-from schedlab.state import GpuRef, JobAllocation, JobSpec, RoundInput, RoundResult, ThroughputParams
+from schedlab.state import (BatchLimits, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, RoundResult,
+                            ThroughputParams)
 from schedlab.verify import verify
 
 def _params(job: JobSpec) -> ThroughputParams:
@@ -41,11 +43,17 @@ def fixed_allocation(job: JobSpec, gpus: tuple[GpuRef, ...]) -> JobAllocation:
     if not gpus:
         return JobAllocation(job.id)
     r = len(gpus)
-    micro, accum = split_fixed_batch(job.fixed_bsz or job.batch.init_bsz, r, job.batch)
-    nodes = len({g.node for g in gpus})
-    value = float(goodput(_params(job), job.grad_stats, job.batch.init_bsz, nodes, r, micro, accum))
+    micro, accum, value = _fixed_run(_params(job), job.grad_stats, job.batch, job.fixed_bsz, len({g.node for g in gpus}), r)
     restarted = bool(job.current_gpus) and set(gpus) != set(job.current_gpus)
     return JobAllocation(job.id, gpus, r * micro * (accum + 1), micro, accum, value, 0.0, restarted)
+
+
+@lru_cache(maxsize=1 << 16)  # every round asks again for the same jobs on the same shapes
+def _fixed_run(params: ThroughputParams, grad: GradStats, batch: BatchLimits, fixed_bsz: int | None, nodes: int,
+               r: int) -> tuple[int, int, float]:
+    """Micro-batch, accumulation steps and goodput at the submitted batch on `nodes` x `r` GPUs."""
+    micro, accum = split_fixed_batch(fixed_bsz or batch.init_bsz, r, batch)
+    return micro, accum, float(goodput(params, grad, batch.init_bsz, nodes, r, micro, accum))
 
 
 def arrival_order(jobs: tuple[JobSpec, ...]) -> list[JobSpec]:

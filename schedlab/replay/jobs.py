@@ -166,45 +166,59 @@ def advance(state: JobState, truth: ApplicationTruth, agent: JobAgent, fixed_bsz
             now_s: float, seconds: float, freezing: Freezing | None = None,
             scale: StepScale | None = None) -> JobState:
     """The job's state `seconds` after `now_s` under its current allocation (and freeze level);
-    `scale(gpus)` gives the world's (tau, sync scale, across-node factor) on those GPUs."""
+    `scale(gpus)` gives the world's (tau, sync scale, across-node factor) on those GPUs.
+
+    The loop runs once per epoch crossed (short epochs: several per round), so it keeps the
+    state in locals and looks its per-(batch, epoch) numbers up in caches."""
     r = len(state.gpus)
     if r == 0 or state.done:
         return state
     delay = min(state.rescale_left_s, seconds)
-    s = replace(state, rescale_left_s=state.rescale_left_s - delay, attained_gpu_s=state.attained_gpu_s + delay * r)
+    progress, epoch, split, grad = state.progress, state.epoch, state.split, state.grad
+    attained, spent, completion = state.attained_gpu_s + delay * r, state.penalty_spent, None
     now_s, seconds = now_s + delay, seconds - delay
     factors = scale(state.gpus) if scale is not None else None
-    while seconds > 0 and not s.done:
-        placement, split = s.placement, s.split
+    placement = state.placement
+    while seconds > 0 and completion is None:
         total = split.total_bsz(r)
         step, sync = _scaled(*truth.step_sync_s(placement, split.local_bsz), factors)
         agent.observe(len(placement), r, split.local_bsz, step, sync)
         pi = 0.0
-        if freezing is not None and s.frozen_groups:
-            step, sync = frozen_step_sync_s(step, sync, freezing.groups, s.frozen_groups)
-            phi = frozen_fraction(freezing.groups, s.frozen_groups)
-            pi = float(penalty(freezing.penalty, phi, s.progress / truth.completion_progress))
+        if freezing is not None and state.frozen_groups:
+            step, sync = frozen_step_sync_s(step, sync, freezing.groups, state.frozen_groups)
+            phi = frozen_fraction(freezing.groups, state.frozen_groups)
+            pi = float(penalty(freezing.penalty, phi, progress / truth.completion_progress))
         step_s = step + (step - sync) * split.accum_steps
-        grad = truth.grad_stats(total, s.epoch)
-        rate = float(gain(grad, truth.init_bsz, total)) * (1.0 - pi) / step_s
-        target = truth.progress_at_epoch(s.epoch + 1)
-        dt = (target - s.progress) / rate
+        grad, epoch_gain = _epoch_gain(truth, total, epoch)
+        rate = epoch_gain * (1.0 - pi) / step_s
+        target = truth.progress_at_epoch(epoch + 1)
+        dt = (target - progress) / rate
         if dt > seconds:
             gained = rate * seconds
-            s = replace(s, progress=s.progress + gained, attained_gpu_s=s.attained_gpu_s + seconds * r, grad=grad)
+            progress += gained
+            attained += seconds * r
             seconds = 0.0
         else:
-            gained = target - s.progress
+            gained = target - progress
             now_s += dt
-            epoch = s.epoch + 1
-            s = replace(s, progress=target, epoch=epoch, attained_gpu_s=s.attained_gpu_s + dt * r, grad=grad,
-                        completion_s=now_s if epoch >= truth.max_epochs else None)
+            epoch += 1
+            progress = target
+            attained += dt * r
+            completion = now_s if epoch >= truth.max_epochs else None
             seconds -= dt
         if pi:
-            s = replace(s, penalty_spent=s.penalty_spent + pi * gained / truth.completion_progress)
-        if agent.adaptive and not s.done:
-            s = replace(s, split=agent.choose_split(s, fixed_bsz))
-    return s
+            spent += pi * gained / truth.completion_progress
+        if agent.adaptive and completion is None:
+            split = agent.choose_split(replace(state, grad=grad), fixed_bsz)
+    return replace(state, rescale_left_s=state.rescale_left_s - delay, progress=progress, epoch=epoch, split=split,
+                   grad=grad, attained_gpu_s=attained, penalty_spent=spent, completion_s=completion)
+
+
+@lru_cache(maxsize=1 << 16)
+def _epoch_gain(truth: ApplicationTruth, total_bsz: int, epoch: int) -> tuple[GradStats, float]:
+    """The true gradient statistics of `epoch` at this batch and the progress one step makes."""
+    grad = truth.grad_stats(total_bsz, epoch)
+    return grad, float(gain(grad, truth.init_bsz, total_bsz))
 
 
 def advance_work(state: JobState, speed: float, now_s: float, seconds: float, round_end: bool) -> JobState:

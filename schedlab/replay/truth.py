@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cache, cached_property
+from functools import cache, cached_property, lru_cache
 
 import numpy as np
 import pandas as pd
@@ -67,11 +67,11 @@ class ApplicationTruth:
 
     def grad_stats(self, total_bsz: float, epoch: int) -> GradStats:
         """Gradient statistics measured during `epoch` at this total batch."""
-        return GradStats(self._interp(self._grad_sqr, total_bsz, epoch), self._interp(self._grad_var, total_bsz, epoch))
+        return _cached_grad_stats(self, total_bsz, epoch)
 
     def iterations(self, total_bsz: float, epoch: int) -> float:
         """Optimizer steps taken by the end of `epoch` (0-based) at this total batch."""
-        return self._interp(self._iteration, total_bsz, epoch)
+        return _cached_iterations(self, total_bsz, epoch)
 
     def progress_at_epoch(self, epoch: int) -> float:
         """Progress at which `epoch` epochs are done (0 for epoch 0)."""
@@ -124,6 +124,18 @@ class ApplicationTruth:
 def _split_no_forced_accum(truth: ApplicationTruth, total_bsz: int) -> BatchSplit:
     accum = math.ceil(total_bsz / truth.max_local_bsz - _EPS) - 1
     return BatchSplit(math.ceil(total_bsz / (accum + 1) - _EPS), accum)
+
+
+# Replays ask these for the same (batch, epoch) of an application again and again: every job of
+# it, every round; memoized like the step times.
+@lru_cache(maxsize=1 << 18)
+def _cached_grad_stats(truth: ApplicationTruth, total_bsz: float, epoch: int) -> GradStats:
+    return GradStats(truth._interp(truth._grad_sqr, total_bsz, epoch), truth._interp(truth._grad_var, total_bsz, epoch))
+
+
+@lru_cache(maxsize=1 << 18)
+def _cached_iterations(truth: ApplicationTruth, total_bsz: float, epoch: int) -> float:
+    return truth._interp(truth._iteration, total_bsz, epoch)
 
 
 @cache
