@@ -178,6 +178,18 @@ def test_cli_bench_prints_the_documented_keys():
     assert summary["status_counts"] == {"optimal": 2}
 
 
+def test_cli_bench_scale_prints_a_table_and_one_json_line():
+    out = _cli("bench", "--scale", "--max-gpus", "256")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    rows = json.loads(lines[-1])["scale"]
+    assert [r["gpus"] for r in rows] == [64, 256] and [r["jobs"] for r in rows] == [32, 128]
+    assert len(lines) == 1 + len(rows) + 1  # header, a row per size, the JSON
+    for r in rows:
+        assert r["partitions"] == 1 and r["gap_vs_lp_max"] <= 1e-4 and r["peak_mb"] > 0
+        assert set(r["status_counts"]) == {"optimal"}
+
+
 def test_cli_solves_a_round_with_variability_and_topology():
     joint = EXAMPLE.parent / "round-joint-16x4.json"
     jsonschema.validate(json.loads(joint.read_text()), _schema("round_input.schema.json"))
