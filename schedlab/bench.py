@@ -101,15 +101,19 @@ def run_bench(num_gpus: int, num_jobs: int, rounds: int, solver: str = "highs", 
         solve.append(res.solve_s)
         gaps.append(res.gap)
         statuses[res.status] += 1
-    ms = lambda xs, q: float(np.percentile(xs, q) * 1e3)  # noqa: E731
     return {
         "gpus": num_gpus, "jobs": num_jobs, "rounds": rounds, "solver": solver, "formulation": formulation,
         "racks": racks, "variability": variability, "p": p, "freeze": freeze_fraction,
-        "build_p50_ms": ms(build, 50), "solve_p50_ms": ms(solve, 50),
-        "total_p50_ms": ms(total, 50), "total_p95_ms": ms(total, 95), "total_max_ms": ms(total, 100),
+        "build_p50_ms": _ms(build, 50), "solve_p50_ms": _ms(solve, 50),
+        "total_p50_ms": _ms(total, 50), "total_p95_ms": _ms(total, 95), "total_max_ms": _ms(total, 100),
         "gap_max": float(max(gaps)), "status_counts": dict(statuses),
     }
 
+
+
+def _ms(seconds: list[float], q: float) -> float:
+    """The q-th percentile in milliseconds."""
+    return float(np.percentile(seconds, q) * 1e3)
 
 
 SCALE_GPUS = (64, 256, 1024, 2048, 4096, 16384, 65536)
@@ -148,10 +152,9 @@ def _scale_row(num_gpus: int, num_jobs: int, rounds: int, seed: int, time_limit_
         parts.append(auto_partitions(ri))
         losses.append(res.gap if res.status != PARTITIONED else _loss_vs_lp_bound(ri, res))
     peak_mb = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024
-    ms = lambda xs, q: float(np.percentile(xs, q) * 1e3)  # noqa: E731
     return {"gpus": num_gpus, "jobs": num_jobs, "rounds": rounds, "partitions": max(parts),
-            "build_p50_ms": ms(build, 50), "solve_p50_ms": ms(solve, 50),
-            "total_p50_ms": ms(total, 50), "total_p95_ms": ms(total, 95),
+            "build_p50_ms": _ms(build, 50), "solve_p50_ms": _ms(solve, 50),
+            "total_p50_ms": _ms(total, 50), "total_p95_ms": _ms(total, 95),
             "gap_vs_lp_max": float(max(losses)), "peak_mb": peak_mb, "status_counts": dict(statuses)}
 
 

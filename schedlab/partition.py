@@ -47,7 +47,7 @@ def auto_partitions(round_input: RoundInput) -> int:
 def split_round(round_input: RoundInput, k: int) -> list[RoundInput]:
     """The sub-rounds (at most k: fewer where running jobs leave no cut) of the module docstring."""
     nodes = round_input.cluster.nodes
-    index = {n.id: i for i, n in enumerate(nodes)}
+    index = round_input.cluster.node_index
     part_of = np.cumsum(np.isin(np.arange(len(nodes)), _cuts(round_input, k)))  # part of each node
     num_parts = int(part_of[-1]) + 1
     node_parts = [tuple(n for n, p in zip(nodes, part_of) if p == q) for q in range(num_parts)]
@@ -67,7 +67,7 @@ def split_round(round_input: RoundInput, k: int) -> list[RoundInput]:
 def _cuts(round_input: RoundInput, k: int) -> list[int]:
     """Indices of the nodes that start a new part: the allowed cut nearest each ideal one."""
     nodes = round_input.cluster.nodes
-    index = {n.id: i for i, n in enumerate(nodes)}
+    index = round_input.cluster.node_index
     spans = np.zeros(len(nodes) + 1, dtype=int)  # a cut before node i splits a running job
     for job in round_input.jobs:
         if job.running:

@@ -389,7 +389,7 @@ def enumerate_joint_options(ri: RoundInput, prune: bool = True) -> JointOptions:
     (freezing folds its levels in before pruning)."""
     jobs, settings = ri.jobs, ri.settings
     cl = joint_cluster(ri)
-    node_index = {n.id: k for k, n in enumerate(ri.cluster.nodes)}
+    node_index = ri.cluster.node_index
     comps = {p: compositions(pool) for p, pool in enumerate(cl.pools) if not pool.homogeneous}
     multis: list[Multi] = []
     types = sorted({pool.gpu_type for pool in cl.pools})

@@ -325,7 +325,7 @@ def _round_rows(round_input: RoundInput, groups: tuple[NodeGroup, ...]) -> tuple
         jj, ss = np.nonzero((shape_gpus >= lo[mine, None]) & (shape_gpus <= hi[mine, None]))
         parts.append(np.stack([mine[jj], np.full(len(jj), g), ss, shape_nodes[ss], shape_gpus[ss],
                                np.full(len(jj), types.index(grp.gpu_type))]))
-    node_index = {n.id: k for k, n in enumerate(nodes)}
+    node_index = round_input.cluster.node_index
     stay_nodes: dict[int, dict[int, int]] = {}
     stays = []
     for j in np.flatnonzero(eligible.any(axis=1)).tolist():
