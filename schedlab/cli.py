@@ -8,6 +8,7 @@ import math
 import sys
 
 from schedlab.errors import SchedlabError
+from schedlab.state import Settings
 
 
 def _cmd_solve(args: argparse.Namespace) -> int:
@@ -188,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     solve = sub.add_parser("solve", help="solve one round given as JSON; the result JSON goes to stdout")
     solve.add_argument("round_json", help="round input file (see schedlab/schemas), or - for stdin")
-    solve.add_argument("--solver", default=None, help="highs (default), cpsat, appsi_highs, or any Pyomo solver name")
+    solve.add_argument("--solver", default=None, help="portfolio (default: highs, then highs and cpsat raced), highs, cpsat, appsi_highs, or a Pyomo solver")
     solve.add_argument("--time-limit", type=float, default=None, help="solver time limit in seconds")
     solve.add_argument("--pretty", action="store_true", help="indent the output JSON")
     solve.set_defaults(func=_cmd_solve)
@@ -197,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--gpus", type=int, default=64)
     bench.add_argument("--jobs", type=int, default=100)
     bench.add_argument("--rounds", type=int, default=20)
-    bench.add_argument("--solver", default="highs")
+    bench.add_argument("--solver", default=Settings.solver, help="a solver name, as in solve")
     bench.add_argument("--p", default="-1", help="power-mean exponent, or -inf for max-min")
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--time-limit", type=float, default=10.0)

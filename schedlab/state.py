@@ -233,6 +233,8 @@ class Settings:
     formulation: the round model, by name (schedlab.formulations.FORMULATIONS): goodput,
        joint or placement. tier_tolerance: slowdown factors of one class within this relative
        distance are one tier, valued at its slowest (joint).
+    solver: by name (solvers.registry.SOLVERS); portfolio runs highs, then races highs's full
+       MIP against cpsat (solvers.portfolio).
     lp_first: highs solves the LP relaxation first and a MIP over its fractional jobs only
        (solvers.highs_direct); False runs the full MIP.
     partitions: split the round into this many parts solved in parallel (schedlab.partition,
@@ -243,7 +245,7 @@ class Settings:
     p: float = -1.0
     restart_cost_s: float = 30.0
     unallocated_penalty: float = 1.1
-    solver: str = "highs"
+    solver: str = "portfolio"
     time_limit_s: float = 10.0
     mip_gap: float = 1e-4
     seed: int = 0

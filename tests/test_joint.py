@@ -15,7 +15,7 @@ from schedlab.api import solve_round
 from schedlab.formulations.joint import enumerate_joint_options, joint_model, tiers
 from schedlab.formulations.options import chain_levels, restart_factor, utility
 from schedlab.models.efficiency import best_batch
-from schedlab.state import Cluster, GpuRef, Node, Rack, RoundInput, ThroughputParams, Topology
+from schedlab.state import Cluster, GpuRef, Node, Rack, RoundInput, Settings, ThroughputParams, Topology
 from schedlab.verify import verify
 
 
@@ -187,7 +187,7 @@ def test_a_failed_solver_still_gets_a_verified_greedy_answer(monkeypatch):
     from schedlab.solvers.outcome import FAILED, SolveOutcome
     from schedlab.solvers.registry import SOLVERS
 
-    monkeypatch.setitem(SOLVERS, "highs", lambda model, s: (SolveOutcome(FAILED, None, math.nan, math.nan, 0.1, "x"), 0.0))
+    monkeypatch.setitem(SOLVERS, Settings.solver, lambda model, s: (SolveOutcome(FAILED, None, math.nan, math.nan, 0.1, "x"), 0.0))
     rng = np.random.default_rng(2)
     for case in range(6):
         ri = _with_world(rng, tiny_round(rng, max_jobs=10, max_nodes=5), racks=bool(case % 2))

@@ -30,7 +30,7 @@ import highspy
 import numpy as np
 
 from schedlab.solvers.arrays import MilpArrays
-from schedlab.solvers.outcome import FAILED, OPTIMAL, TIME_LIMIT, SolveOutcome
+from schedlab.solvers.outcome import FAILED, OPTIMAL, TIME_LIMIT, SolveOutcome, StopSignal
 
 _ROWWISE, _MAXIMIZE = 2, -1
 
@@ -56,7 +56,8 @@ NEIGHBOURHOODS = (0, 32, 128)  # jobs freed besides the fractional ones, in turn
 
 
 def solve_highs(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: int = 0,
-                lp_first: bool = True) -> SolveOutcome:
+                lp_first: bool = True, stop: StopSignal | None = None) -> SolveOutcome:
+    """`stop` (for a race against another solver) interrupts the full MIP."""
     t0 = time.perf_counter()
     if not model.num_cols:  # nothing to decide (no job has an option): optimal at the offset
         return SolveOutcome(OPTIMAL, np.zeros(0), model.offset, model.offset, 0.0, "empty model")
@@ -74,10 +75,12 @@ def solve_highs(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: in
     # Warm-started from the model's own start, not the neighbourhood's better point: from that
     # point HiGHS 1.12 searched 10-20 s where it proves the optimum in ~0.1 s from the start
     # (2,048 GPUs / 1,024 jobs); the better point still wins if the MIP runs out of time.
-    outcome = _run(model, model.integer, max(left_s(), 1e-3), mip_gap, seed)
+    outcome = _run(model, model.integer, max(left_s(), 1e-3), mip_gap, seed, stop=stop)
     if found is not None and found.values is not None and (outcome.values is None or found.objective > outcome.objective):
         bound = min(found.bound, outcome.bound) if outcome.values is not None else found.bound
-        outcome = replace(found, status=TIME_LIMIT, bound=bound, message=f"{outcome.message}; {found.message}")
+        # the MIP's own proof (within mip_gap) covers the better neighbourhood point too
+        status = OPTIMAL if outcome.status == OPTIMAL else TIME_LIMIT
+        outcome = replace(found, status=status, bound=bound, message=f"{outcome.message}; {found.message}")
     return replace(outcome, solve_s=time.perf_counter() - t0)
 
 
@@ -145,8 +148,8 @@ def _relax(model: MilpArrays, time_limit_s: float, seed: int) -> tuple[SolveOutc
 
 
 def _run(model: MilpArrays, integer: np.ndarray, time_limit_s: float, mip_gap: float, seed: int,
-         presolve: bool = False) -> SolveOutcome:
-    return _outcome(_highs(model, integer, time_limit_s, mip_gap, seed, presolve), integer)
+         presolve: bool = False, stop: StopSignal | None = None) -> SolveOutcome:
+    return _outcome(_highs(model, integer, time_limit_s, mip_gap, seed, presolve, stop), integer)
 
 
 # A round's MIP is small in rows and its LP bound near the optimum: HiGHS's presolve (unless
@@ -158,7 +161,7 @@ _OPTIONS = {"mip_heuristic_run_rins": False, "mip_heuristic_run_rens": False,
 
 
 def _highs(model: MilpArrays, integer: np.ndarray, time_limit_s: float, mip_gap: float, seed: int,
-           presolve: bool = False) -> highspy.Highs:
+           presolve: bool = False, stop: StopSignal | None = None) -> highspy.Highs:
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("presolve", "on" if presolve else "off")
@@ -180,6 +183,9 @@ def _highs(model: MilpArrays, integer: np.ndarray, time_limit_s: float, mip_gap:
         start.col_value = model.start.tolist()
         start.value_valid = True
         h.setSolution(start)
+    if stop is not None:
+        h.HandleUserInterrupt = True  # checks for cancelSolve() in HiGHS's interrupt callbacks
+        stop.on_stop(h.cancelSolve)
     t0 = time.perf_counter()
     with _stdout_silenced():
         h.run()

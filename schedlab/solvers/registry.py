@@ -2,6 +2,7 @@
 
     highs        the model's arrays straight into highspy (the default, fastest)
     cpsat        the same arrays in OR-Tools CP-SAT (integer-scaled objective)
+    portfolio    highs for a short share of the limit, then cpsat on what it did not prove
     appsi_highs  the Pyomo model through Pyomo's APPSI HiGHS interface (the readable reference)
     cbc, glpk, scip, gurobi, cplex
                  the Pyomo model through Pyomo's SolverFactory, where installed
@@ -21,6 +22,7 @@ from schedlab.errors import SolverError
 from schedlab.solvers.cpsat import solve_cpsat
 from schedlab.solvers.highs_direct import solve_highs
 from schedlab.solvers.outcome import SolveOutcome
+from schedlab.solvers.portfolio import solve_portfolio
 from schedlab.solvers.pyomo_backend import set_start, solve_appsi_highs, solve_legacy
 from schedlab.state import Settings
 
@@ -59,9 +61,23 @@ class PyomoSolver:
 SOLVERS: dict[str, Callable[[Any, Settings], tuple[SolveOutcome, float]]] = {
     "highs": ArraySolver(solve_highs, extra=("lp_first",)),
     "cpsat": ArraySolver(solve_cpsat),
+    "portfolio": ArraySolver(solve_portfolio, extra=("lp_first",)),
     "appsi_highs": PyomoSolver(solve_appsi_highs),
     **{name: PyomoSolver(partial(solve_legacy, solver=name)) for name in ("cbc", "glpk", "scip", "gurobi", "cplex")},
 }
+
+
+def array_solver(name: str) -> Callable[..., SolveOutcome]:
+    """The array solve function `(arrays, time_limit_s, mip_gap) -> SolveOutcome` of a solver
+    that takes MilpArrays (highs, cpsat, portfolio): for models built as arrays only."""
+    entry = solver(name)
+    if not isinstance(entry, ArraySolver):
+        raise SolverError(f"solver {name!r} solves Pyomo models; use one of {', '.join(array_solver_names())}")
+    return entry.solve
+
+
+def array_solver_names() -> tuple[str, ...]:
+    return tuple(n for n, e in SOLVERS.items() if isinstance(e, ArraySolver))
 
 
 def solver(name: str) -> Callable[[Any, Settings], tuple[SolveOutcome, float]]:
