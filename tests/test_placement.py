@@ -122,8 +122,8 @@ def test_a_solver_out_of_time_before_any_point_answers_with_its_start_flagged():
     # warm start is then the answer, flagged as not proven, never an error.
     rng = np.random.default_rng(3)
     gpus = tuple(PlacementGpu(f"g{n}/{k}", f"n{n}", {c: float(rng.uniform(0.95, 1.2)) for c in CLASSES})
-                 for n in range(64) for k in range(4))
-    jobs = tuple(PlacementJob(f"j{i}", [1, 2, 4, 8][i % 4], CLASSES[i % 2]) for i in range(60))
+                 for n in range(32) for k in range(4))
+    jobs = tuple(PlacementJob(f"j{i}", [1, 2, 4, 8][i % 4], CLASSES[i % 2]) for i in range(30))
     pi = PlacementInput(gpus, jobs)
     greedy = pal_greedy(pi, rng)
     result = solve_placement(pi, "cpsat", time_limit_s=0.001, start=greedy)

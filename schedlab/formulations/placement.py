@@ -450,13 +450,32 @@ class PlacementResult:
     solve_s: float
 
 
+EXACT_MAX_GPUS = 128  # larger placements are solved a window at a time (placement_windows)
+
+
 def solve_placement(pi: PlacementInput, solver: str = "highs", time_limit_s: float = 10.0,
                     mip_gap: float = 1e-6, start: Mapping[str, tuple[str, ...]] | None = None) -> PlacementResult:
-    """The exact placement (HiGHS or CP-SAT on the same arrays), warm-started from `start`
-    (a placement, e.g. PAL's greedy) if given: under a time limit the answer is then never
-    worse than the start."""
-    from schedlab.solvers.cpsat import solve_cpsat
-    from schedlab.solvers.highs_direct import solve_highs
+    """The exact placement (an array solver of the registry: highs, cpsat or portfolio),
+    warm-started from `start` (a placement, e.g. PAL's greedy) if given: under a time limit the
+    answer is then never worse than the start. Above EXACT_MAX_GPUS GPUs the model is solved one
+    window of nodes at a time around the start (PAL's greedy if none given): placement_windows."""
+    if not pi.jobs:
+        return PlacementResult({}, 0.0, "optimal", 0.0, 0.0)
+    if len(pi.gpus) <= EXACT_MAX_GPUS:
+        return _solve_exact(pi, solver, time_limit_s, mip_gap, start)
+    from schedlab.formulations.placement_windows import search_windows
+
+    t0 = time.perf_counter()
+    start = start if start is not None else pal_greedy(pi, np.random.default_rng(0))
+    found = search_windows(pi, start, time_limit_s, lambda sub, left_s, sub_start: _solve_exact(
+        sub, solver, left_s, mip_gap, sub_start).placement)
+    return PlacementResult(found.placement, placement_objective(pi, found.placement), TIME_LIMIT, 0.0,
+                           time.perf_counter() - t0)
+
+
+def _solve_exact(pi: PlacementInput, solver: str, time_limit_s: float, mip_gap: float,
+                 start: Mapping[str, tuple[str, ...]] | None) -> PlacementResult:
+    from schedlab.solvers.registry import array_solver
 
     if not pi.jobs:
         return PlacementResult({}, 0.0, "optimal", 0.0, 0.0)
@@ -465,8 +484,7 @@ def solve_placement(pi: PlacementInput, solver: str = "highs", time_limit_s: flo
     if start is not None:
         model = replace(model, arrays=replace(model.arrays, start=point(pi, model, start)))
     build_s = time.perf_counter() - t0
-    run = {"highs": solve_highs, "cpsat": solve_cpsat}[solver]
-    outcome = run(model.arrays, time_limit_s, mip_gap)
+    outcome = array_solver(solver)(model.arrays, max(time_limit_s - build_s, 1e-3), mip_gap)
     if outcome.status == FAILED:
         if start is None:
             raise RuntimeError(f"placement: {solver} found no placement ({outcome.message})")
