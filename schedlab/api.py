@@ -77,11 +77,11 @@ def _solve_validated(ri: RoundInput) -> RoundResult:
             allocations = model.decode(outcome.values)
             verify(ri, allocations)
             return RoundResult(allocations, outcome.status, s.solver, model.objective(outcome.values), outcome.bound,
-                               outcome.gap, build_s, outcome.solve_s, True, outcome.message)
+                               outcome.gap, build_s, outcome.solve_s, True, outcome.message, options_s)
         except (RuntimeError, SchedlabError) as exc:
             outcome = replace(outcome, message=f"solver answer rejected: {exc}")
     values = model.fallback()
     allocations = model.decode(values)
     verify(ri, allocations)
     return RoundResult(allocations, FALLBACK, s.solver, model.objective(values), math.nan, math.inf,
-                       build_s, outcome.solve_s, True, f"greedy fallback: {outcome.message}")
+                       build_s, outcome.solve_s, True, f"greedy fallback: {outcome.message}", options_s)

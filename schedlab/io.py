@@ -484,5 +484,5 @@ def round_result_to_dict(res: RoundResult) -> dict[str, Any]:
     return {
         "status": res.status, "solver": res.solver, "objective": _finite_or_none(res.objective),
         "bound": _finite_or_none(res.bound), "gap": _finite_or_none(res.gap), "build_s": res.build_s,
-        "solve_s": res.solve_s, "verified": res.verified, "message": res.message, "allocations": allocations,
+        "options_s": res.options_s, "solve_s": res.solve_s, "verified": res.verified, "message": res.message, "allocations": allocations,
     }

@@ -110,4 +110,5 @@ def solve_partitioned(round_input: RoundInput, k: int, solve: Callable[[RoundInp
         build_s=max(r.build_s for r in results), solve_s=max(r.solve_s for r in results), verified=True,
         message=f"partitioned into {len(parts)} parts ({', '.join(f'{n} {s}' for s, n in statuses.items())}); "
                 "bound and gap are the partitioned problem's",
+        options_s=max(r.options_s for r in results),
     )

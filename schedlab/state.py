@@ -296,7 +296,9 @@ class JobAllocation:
 @dataclass(frozen=True)
 class RoundResult:
     """The answer of a round. status: optimal | time_limit (feasible, not proven) | fallback |
-    partitioned (each part solved on its own, schedlab.partition)."""
+    partitioned (each part solved on its own, schedlab.partition). build_s counts everything
+    before the solver searches; options_s is its part spent building the formulation's model
+    (for goodput: enumerating and valuing the options)."""
 
     allocations: tuple[JobAllocation, ...]
     status: str
@@ -308,6 +310,7 @@ class RoundResult:
     solve_s: float
     verified: bool
     message: str = ""
+    options_s: float = 0.0
 
     def allocation(self, job_id: str) -> JobAllocation:
         for a in self.allocations:

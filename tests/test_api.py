@@ -189,6 +189,7 @@ def test_cli_bench_scale_prints_a_table_and_one_json_line():
     for r in rows:
         # the LP bound is up to ~1e-3 above the optimum where jobs are fewer than GPUs
         assert r["partitions"] == 1 and 0 <= r["gap_vs_lp_max"] < 1e-2 and r["peak_mb"] > 0
+        assert 0 < r["options_p50_ms"] and 0 < r["build_p50_ms"] and r["options_p50_ms"] + r["build_p50_ms"] < r["total_p50_ms"]
         assert set(r["status_counts"]) == {"optimal"}
 
 

@@ -24,11 +24,14 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--workload", help="a shipped workload, e.g. workload-6")
     parser.add_argument("--nodes", type=int, default=16)
     parser.add_argument("--policy", default="pollux")
+    parser.add_argument("--mip-gap", type=float, default=None,
+                        help="the goodput policies' relative MIP gap (default: theirs, 1e-4)")
     args = parser.parse_args(argv)
     workload = philly_workload(args.jobs, np.random.default_rng(0)) if args.jobs else load_workload(args.workload)
     config = replace(WORLDS["pollux"], num_nodes=args.nodes)
     t0 = time.process_time()
-    result = replay(trace_jobs(workload), make_policy(args.policy), config)
+    params = {"settings": {"mip_gap": args.mip_gap}} if args.mip_gap is not None else None
+    result = replay(trace_jobs(workload), make_policy(args.policy, params), config)
     out = {"policy": args.policy, "jobs": len(workload), "gpus": config.total_gpus,
            "cpu_s": time.process_time() - t0} | result.summary
     print(json.dumps(out))
