@@ -50,11 +50,10 @@ def test_cpsat_optimum_is_within_the_gap_of_the_whole_objective():
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_portfolio_reaches_the_optimum_whichever_solver_wins(seed, monkeypatch):
+def test_portfolio_reaches_the_optimum_whichever_solver_wins(seed):
     arrays = _few_jobs_many_gpus(seed)
     exact = solve_highs(arrays, 60.0, 0.0, lp_first=False)
-    monkeypatch.setattr(portfolio, "HIGHS_CAP_S", 1e-4)  # straight to the race
-    out = portfolio.solve_portfolio(arrays, 60.0, 1e-4)
+    out = portfolio.solve_portfolio(arrays, 60.0, 1e-4, lp_first=False)  # straight to the race
     assert "highs MIP: " in out.message and "cpsat: " in out.message
     assert out.status == "optimal"
     scale = abs(exact.objective)
@@ -73,9 +72,8 @@ def test_the_first_proof_stops_the_other_search():
 
 def test_portfolio_keeps_the_highs_point_when_cpsat_finds_nothing(monkeypatch):
     arrays = _few_jobs_many_gpus(0)
-    monkeypatch.setattr(portfolio, "HIGHS_CAP_S", 1e-4)
     monkeypatch.setattr(portfolio, "solve_cpsat", lambda *a, **k: SolveOutcome("failed", None, math.nan, math.nan, 0.0))
-    out = portfolio.solve_portfolio(arrays, 0.05, 1e-4)
+    out = portfolio.solve_portfolio(arrays, 0.05, 1e-4, lp_first=False)
     assert out.values is not None and out.status in ("optimal", "time_limit")
     assert arrays.max_violation(out.values) <= 1e-9
 

@@ -9,7 +9,8 @@ search closes it first depends on the round, by 10-100x either way:
     for 38 of them;
   - random 256-GPU / 128-job rounds: HiGHS 0.2-0.8 s, CP-SAT over 30 s for 8 of 20.
 So:
-  1. HiGHS, LP first (solvers.highs_direct), for at most HIGHS_CAP_S;
+  1. HiGHS's LP-first search (solvers.highs_direct.lp_first_search: the relaxation and the
+     neighbourhoods around it, never its full MIP);
   2. unless that proved the round, HiGHS's full MIP (in this thread) and CP-SAT (in another,
      unhinted: a hint made it slower on the Philly rounds) race for the time left; the first to
      prove optimality stops the other (StopSignal). Both release the GIL while they search.
@@ -26,19 +27,24 @@ from dataclasses import replace
 
 from schedlab.solvers.arrays import MilpArrays
 from schedlab.solvers.cpsat import solve_cpsat
-from schedlab.solvers.highs_direct import solve_highs
+from schedlab.solvers.highs_direct import lp_first_search, solve_highs, start_outcome
 from schedlab.solvers.outcome import OPTIMAL, TIME_LIMIT, SolveOutcome, StopSignal
-
-HIGHS_CAP_S = 0.2  # LP-first HiGHS alone, at most, before the race
-
 
 def solve_portfolio(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: int = 0,
                     lp_first: bool = True) -> SolveOutcome:
     t0 = time.perf_counter()
-    first = solve_highs(model, min(time_limit_s, HIGHS_CAP_S), mip_gap, seed, lp_first)
+    if not model.num_cols or not model.integer.any():  # nothing to search: HiGHS alone
+        return solve_highs(model, time_limit_s, mip_gap, seed, lp_first)
+    found = []
+    if lp_first:
+        first = lp_first_search(model, time_limit_s, mip_gap, seed)
+        if first.status == OPTIMAL:
+            return replace(first, solve_s=time.perf_counter() - t0)
+        found.append(_named("highs LP first", first))
     left_s = time_limit_s - (time.perf_counter() - t0)
-    if first.status == OPTIMAL or left_s <= 0:
-        return replace(first, solve_s=time.perf_counter() - t0)
+    if left_s <= 0 and found:
+        best = best_of(tuple(found), mip_gap)
+        return best if best.values is not None else start_outcome(model, best, time.perf_counter() - t0)
     stop = StopSignal()
 
     def racer(solve, *args, **kwargs) -> SolveOutcome:
@@ -50,8 +56,8 @@ def solve_portfolio(model: MilpArrays, time_limit_s: float, mip_gap: float, seed
     with ThreadPoolExecutor(max_workers=1) as pool:
         cp = pool.submit(racer, solve_cpsat, replace(model, start=None), left_s, mip_gap, seed)
         highs = racer(solve_highs, model, left_s, mip_gap, seed, lp_first=False)
-        outcomes = (_named("highs LP first", first), _named("highs MIP", highs), _named("cpsat", cp.result()))
-    return replace(best_of(outcomes, mip_gap), solve_s=time.perf_counter() - t0)
+        found += [_named("highs MIP", highs), _named("cpsat", cp.result())]
+    return replace(best_of(tuple(found), mip_gap), solve_s=time.perf_counter() - t0)
 
 
 def _named(solver: str, outcome: SolveOutcome) -> SolveOutcome:
