@@ -16,7 +16,7 @@ from concurrent.futures import Executor
 from dataclasses import replace
 from typing import Any
 
-from schedlab.errors import SchedlabError
+from schedlab.errors import InputError, SchedlabError
 from schedlab.formulations import FORMULATIONS
 from schedlab.io import parse_round_input, round_input_to_dict
 from schedlab.partition import auto_partitions, solve_partitioned
@@ -28,11 +28,16 @@ from schedlab.verify import verify
 FALLBACK = "fallback"
 
 
-def _as_round_input(round_input: RoundInput | Mapping[str, Any]) -> RoundInput:
-    """Dataclass inputs are validated through their JSON form: one code path for every error."""
-    if isinstance(round_input, RoundInput):
-        round_input = round_input_to_dict(round_input)
-    return parse_round_input(round_input)
+def _as_round_input(round_input: RoundInput | Mapping[str, Any], overrides: Mapping[str, Any]) -> RoundInput:
+    """Dataclass inputs and keyword overrides are validated through the JSON form: one code path
+    for every error (a time_limit_s=-1 override is rejected as the same field in JSON is)."""
+    raw = round_input_to_dict(round_input) if isinstance(round_input, RoundInput) else round_input
+    if overrides:
+        if not isinstance(raw, Mapping):
+            raise InputError([f"round: must be an object, got {type(raw).__name__}"])
+        settings = raw.get("settings", {})
+        raw = {**raw, "settings": {**(settings if isinstance(settings, Mapping) else {}), **overrides}}
+    return parse_round_input(raw)
 
 
 def solve_round(round_input: RoundInput | Mapping[str, Any], *, solver: str | None = None,
@@ -47,11 +52,9 @@ def solve_round(round_input: RoundInput | Mapping[str, Any], *, solver: str | No
     local processes. Raises InputError for bad input; otherwise always returns a verified
     allocation.
     """
-    ri = _as_round_input(round_input)
     overrides = {k: v for k, v in {"solver": solver, "time_limit_s": time_limit_s, "mip_gap": mip_gap,
                                     "formulation": formulation, "partitions": partitions}.items() if v is not None}
-    if overrides:
-        ri = replace(ri, settings=replace(ri.settings, **overrides))
+    ri = _as_round_input(round_input, overrides)
     if (k := auto_partitions(ri)) > 1:
         result = solve_partitioned(ri, k, _solve_validated, executor)
         verify(ri, result.allocations)

@@ -13,15 +13,14 @@ from schedlab.state import Settings
 
 def _cmd_solve(args: argparse.Namespace) -> int:
     from schedlab.api import solve_round
-    from schedlab.io import round_result_to_dict
+    from schedlab.io import load_json, round_result_to_dict
 
     try:
-        with open(args.round_json) if args.round_json != "-" else sys.stdin as f:
-            raw = json.load(f)
+        with open(args.round_json, "rb") if args.round_json != "-" else sys.stdin.buffer as f:
+            data = f.read()
     except OSError as exc:
         return _fail(f"cannot read {args.round_json}: {exc.strerror}")
-    except json.JSONDecodeError as exc:
-        return _fail(f"{args.round_json} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}")
+    raw = load_json(data, args.round_json)
     result = solve_round(raw, solver=args.solver, time_limit_s=args.time_limit)
     json.dump(round_result_to_dict(result), sys.stdout, indent=2 if args.pretty else None)
     sys.stdout.write("\n")

@@ -6,8 +6,12 @@ before raising one InputError, so a caller fixes its input in one pass.
 
 from __future__ import annotations
 
+import difflib
+import json
 import math
+import reprlib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from schedlab.errors import InputError
@@ -35,7 +39,46 @@ PARAM_NAMES = tuple(ThroughputParams.__dataclass_fields__)
 PENALTY_NAMES = tuple(FreezePenalty.__dataclass_fields__)
 BATCH_NAMES = tuple(BatchLimits.__dataclass_fields__)
 _MAX_MIN = ("-inf", "max-min")
-TOPOLOGY_KEYS = {"racks", "node_gbps", "gpu_gbps", "across_node_factor", "graph"}
+
+
+_SCHEMA = json.loads((Path(__file__).parent / "schemas" / "round_input.schema.json").read_text())
+
+
+def _schema_keys(schema: Mapping) -> dict[str, frozenset[str]]:
+    """Each object's keys, read from the published schema: whatever it does not list, the parser
+    rejects, so the two cannot drift."""
+    props, defs = schema["properties"], schema["$defs"]
+    cluster, job, freezing = props["cluster"]["properties"], props["jobs"]["items"], defs["freezing"]
+    objects = {
+        "round": schema, "cluster": props["cluster"], "node": cluster["nodes"]["items"],
+        "topology": cluster["topology"], "rack": cluster["topology"]["properties"]["racks"]["items"],
+        "job": job, "grad_stats": job["properties"]["grad_stats"], "batch": job["properties"]["batch"],
+        "settings": props["settings"], "freezing": freezing, "group": freezing["properties"]["groups"]["items"],
+        "penalty": freezing["properties"]["penalty"], "gpu": defs["gpu"], "params": defs["params"],
+    }
+    return {kind: frozenset(node["properties"]) for kind, node in objects.items()}
+
+
+SCHEMA_KEYS = _schema_keys(_SCHEMA)
+# The size of a round, from the schema too (maxItems, maximum, maxLength), and its GPUs in all:
+# beyond these a round's model would not fit in memory or time (see README, Benchmark).
+MAX_NODES = _SCHEMA["properties"]["cluster"]["properties"]["nodes"]["maxItems"]
+MAX_GPUS_PER_NODE = _SCHEMA["properties"]["cluster"]["properties"]["nodes"]["items"]["properties"]["gpus"]["maximum"]
+MAX_JOBS = _SCHEMA["properties"]["jobs"]["maxItems"]
+MAX_ID_CHARS = _SCHEMA["properties"]["jobs"]["items"]["properties"]["id"]["maxLength"]
+MAX_GPUS = 262_144
+_shown = reprlib.Repr()
+_shown.maxstring, _shown.maxother, _shown.maxlevel = 60, 60, 3
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS
+
+
+def _show(value: Any) -> str:
+    """A bad value as an error message quotes it: shortened (a 50 MB string is not echoed back)
+    and depth-limited (a deeply nested value cannot recurse)."""
+    return _shown.repr(value)
 
 
 class _Checker:
@@ -56,34 +99,51 @@ class _Checker:
         v = d[key]
         kind = "an integer" if integer else "a number"
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            self.bad(f"{where}.{key}", f"must be {kind}, got {v!r}")
+            self.bad(f"{where}.{key}", f"must be {kind}, got {_show(v)}")
+            return default
+        if isinstance(v, int) and abs(v) > 2**53:
+            self.bad(f"{where}.{key}", f"must be at most 2**53 in size, got an integer of {len(str(abs(v)))} digits"
+                     if abs(v) < 10**4000 else f"must be at most 2**53 in size, got an integer of over 4,000 digits")
             return default
         if not math.isfinite(v):
-            self.bad(f"{where}.{key}", f"must be a finite number, got {v!r}")
+            self.bad(f"{where}.{key}", f"must be a finite number, got {_show(v)}")
             return default
         if integer and v != int(v):
-            self.bad(f"{where}.{key}", f"must be a whole number, got {v!r}")
+            self.bad(f"{where}.{key}", f"must be a whole number, got {_show(v)}")
             return default
         if positive and v <= 0:
-            self.bad(f"{where}.{key}", f"must be > 0, got {v!r}")
+            self.bad(f"{where}.{key}", f"must be > 0, got {_show(v)}")
             return default
         if minimum is not None and v < minimum:
-            self.bad(f"{where}.{key}", f"must be >= {minimum}, got {v!r}")
+            self.bad(f"{where}.{key}", f"must be >= {minimum}, got {_show(v)}")
             return default
         return int(v) if integer else float(v)
 
     def flag(self, d: Mapping, key: str, where: str, default: bool) -> bool:
         v = d.get(key, default)
         if not isinstance(v, bool):
-            self.bad(f"{where}.{key}", f"must be true or false, got {v!r}")
+            self.bad(f"{where}.{key}", f"must be true or false, got {_show(v)}")
             return default
         return v
 
-    def mapping(self, d: Any, where: str) -> Mapping:
+    def mapping(self, d: Any, where: str, kind: str | None = None) -> Mapping:
+        """d if it is an object (else {}); with `kind`, its keys are checked against the schema's."""
         if not isinstance(d, Mapping):
             self.bad(where, f"must be an object, got {type(d).__name__}")
             return {}
+        if kind is not None:
+            self.known(d, kind, where)
         return d
+
+    def known(self, d: Mapping, kind: str, where: str) -> None:
+        allowed = SCHEMA_KEYS[kind]
+        for key in d:
+            if key not in allowed:
+                close = difflib.get_close_matches(str(key), allowed, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                name = key if isinstance(key, str) and len(key) <= 60 else _show(key)
+                self.bad(f"{where}.{name}" if where != "round" else name,
+                         f"unknown key; {hint}use {', '.join(sorted(allowed))}")
 
     def sequence(self, d: Mapping, key: str, where: str) -> list:
         v = d.get(key, [])
@@ -113,9 +173,7 @@ def _parse_topology(ck: _Checker, raw: Any, node_ids: list[str]) -> Topology | N
     from schedlab.topology import topology_from_graph
 
     where = "cluster.topology"
-    raw = ck.mapping(raw, where)
-    for key in set(raw) - TOPOLOGY_KEYS:
-        ck.bad(f"{where}.{key}", f"unknown key; use {', '.join(sorted(TOPOLOGY_KEYS))}")
+    raw = ck.mapping(raw, where, "topology")
     d = Topology()
     factor = ck.number(raw, "across_node_factor", where, d.across_node_factor, minimum=1.0)
     if "graph" in raw:
@@ -129,7 +187,7 @@ def _parse_topology(ck: _Checker, raw: Any, node_ids: list[str]) -> Topology | N
     racks, placed = [], {}
     for i, rr in enumerate(ck.sequence(raw, "racks", where)):
         w = f"{where}.racks[{i}]"
-        rr = ck.mapping(rr, w)
+        rr = ck.mapping(rr, w, "rack")
         rack_id = rr.get("id", f"r{i}")
         members = rr.get("nodes")
         if not isinstance(members, list) or not all(isinstance(n, str) for n in members):
@@ -137,15 +195,15 @@ def _parse_topology(ck: _Checker, raw: Any, node_ids: list[str]) -> Topology | N
             continue
         for n in members:
             if n not in node_ids:
-                ck.bad(f"{w}.nodes", f"node {n!r} is not in cluster.nodes")
+                ck.bad(f"{w}.nodes", f"node {_show(n)} is not in cluster.nodes")
             elif n in placed:
-                ck.bad(f"{w}.nodes", f"node {n!r} is also in rack {placed[n]!r}; a node has one rack")
+                ck.bad(f"{w}.nodes", f"node {_show(n)} is also in rack {_show(placed[n])}; a node has one rack")
             placed[n] = str(rack_id)
         racks.append(Rack(str(rack_id), tuple(members),
                           ck.number(rr, "uplink_gbps", w, Rack.uplink_gbps, positive=True)))
     unplaced = [n for n in node_ids if n not in placed]
     if racks and unplaced:
-        ck.bad(f"{where}.racks", f"node {unplaced[0]!r} is in no rack; list every node in one rack")
+        ck.bad(f"{where}.racks", f"node {_show(unplaced[0])} is in no rack; list every node in one rack")
     if not racks:
         racks = [Rack("r0", tuple(node_ids))]
     return Topology(tuple(racks), ck.number(raw, "node_gbps", where, d.node_gbps, positive=True),
@@ -153,27 +211,33 @@ def _parse_topology(ck: _Checker, raw: Any, node_ids: list[str]) -> Topology | N
 
 
 def _parse_cluster(ck: _Checker, raw: Any) -> Cluster:
-    raw = ck.mapping(raw, "cluster")
-    for key in set(raw) - {"nodes", "topology"}:
-        ck.bad(f"cluster.{key}", "unknown key; use nodes and topology")
+    raw = ck.mapping(raw, "cluster", "cluster")
     nodes, seen = [], set()
     for i, rn in enumerate(ck.sequence(raw, "nodes", "cluster")):
         where = f"cluster.nodes[{i}]"
-        rn = ck.mapping(rn, where)
+        rn = ck.mapping(rn, where, "node")
         node_id = rn.get("id")
-        if not isinstance(node_id, str) or not node_id:
-            ck.bad(f"{where}.id", f"must be a non-empty string, got {node_id!r}")
+        if not _is_id(node_id):
+            ck.bad(f"{where}.id", f"must be a non-empty string of at most {MAX_ID_CHARS} characters, got {_show(node_id)}")
             continue
         if node_id in seen:
-            ck.bad(f"{where}.id", f"duplicate node id {node_id!r}; node ids must be unique")
+            ck.bad(f"{where}.id", f"duplicate node id {_show(node_id)}; node ids must be unique")
         seen.add(node_id)
         gpus = ck.number(rn, "gpus", where, default=0, minimum=0, integer=True, required=True)
+        if gpus > MAX_GPUS_PER_NODE:
+            ck.bad(f"{where}.gpus", f"{gpus} is above the limit of {MAX_GPUS_PER_NODE} GPUs per node; split the node")
+            gpus = 0
         gpu_type = rn.get("gpu_type", "default")
         if not isinstance(gpu_type, str):
-            ck.bad(f"{where}.gpu_type", f"must be a string, got {gpu_type!r}")
+            ck.bad(f"{where}.gpu_type", f"must be a string, got {_show(gpu_type)}")
             gpu_type = "default"
         slowdown = _parse_slowdown(ck, rn["slowdown"], f"{where}.slowdown", gpus) if "slowdown" in rn else {}
         nodes.append(Node(node_id, gpus, gpu_type, slowdown))
+    total = sum(n.gpus for n in nodes)
+    if len(nodes) > MAX_NODES or total > MAX_GPUS:
+        ck.bad("cluster.nodes", f"{len(nodes):,} nodes with {total:,} GPUs; a round takes at most {MAX_NODES:,} nodes "
+               f"and {MAX_GPUS:,} GPUs: split the cluster into rounds of its partitions")
+        nodes = []
     if not nodes and not ck.problems:
         ck.bad("cluster.nodes", "must list at least one node, e.g. [{\"id\": \"n0\", \"gpus\": 4}]")
     topology = _parse_topology(ck, raw["topology"], [n.id for n in nodes]) if "topology" in raw else None
@@ -181,12 +245,13 @@ def _parse_cluster(ck: _Checker, raw: Any) -> Cluster:
 
 
 def _parse_params(ck: _Checker, raw: Any, where: str) -> ThroughputParams | None:
-    raw = ck.mapping(raw, where)
+    raw = ck.mapping(raw, where, "params")
     values = [ck.number(raw, k, where, minimum=0.0, required=True) for k in PARAM_NAMES]
     if any(v is None for v in values):
         return None
-    if values[-1] < 1.0:
-        ck.bad(f"{where}.gamma", f"must be >= 1, got {values[-1]}")
+    if not 1.0 <= values[-1] <= 10.0:
+        ck.bad(f"{where}.gamma", f"must be in Pollux's [1, 10] (how compute and sync overlap: 1 not at all, "
+               f"large fully), got {values[-1]}")
         return None
     return ThroughputParams(*values)
 
@@ -203,10 +268,10 @@ def _parse_throughput(ck: _Checker, raw: Any, where: str, gpu_types: set[str]) -
 
 def _parse_job(ck: _Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | None:
     where = f"jobs[{i}]"
-    raw = ck.mapping(raw, where)
+    raw = ck.mapping(raw, where, "job")
     job_id = raw.get("id")
-    if not isinstance(job_id, str) or not job_id:
-        ck.bad(f"{where}.id", f"must be a non-empty string, got {job_id!r}")
+    if not _is_id(job_id):
+        ck.bad(f"{where}.id", f"must be a non-empty string of at most {MAX_ID_CHARS} characters, got {_show(job_id)}")
         return None
     gpu_types = cluster.gpu_types
     app = raw.get("application")
@@ -214,7 +279,7 @@ def _parse_job(ck: _Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | No
     if app is not None:
         profile = shipped_profiles().get(app) if isinstance(app, str) else None
         if profile is None:
-            ck.bad(f"{where}.application", f"unknown application {app!r}; use one of "
+            ck.bad(f"{where}.application", f"unknown application {_show(app)}; use one of "
                    f"{', '.join(sorted(shipped_profiles()))}, or give throughput_params, grad_stats and batch inline")
             return None
     elif not all(k in raw for k in ("throughput_params", "grad_stats", "batch")):
@@ -224,35 +289,38 @@ def _parse_job(ck: _Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | No
     throughput = ({t: profile.params for t in gpu_types} if profile and "throughput_params" not in raw
                   else _parse_throughput(ck, raw.get("throughput_params"), f"{where}.throughput_params", gpu_types))
     if "grad_stats" in raw:
-        g = ck.mapping(raw["grad_stats"], f"{where}.grad_stats")
+        g = ck.mapping(raw["grad_stats"], f"{where}.grad_stats", "grad_stats")
         grad = GradStats(ck.number(g, "sqr", f"{where}.grad_stats", 0.0, minimum=0.0, required=True),
                          ck.number(g, "var", f"{where}.grad_stats", 0.0, minimum=0.0, required=True))
     else:
         grad = profile.grad_stats
     if "batch" in raw:
-        b = ck.mapping(raw["batch"], f"{where}.batch")
+        b = ck.mapping(raw["batch"], f"{where}.batch", "batch")
         vals = [ck.number(b, k, f"{where}.batch", 1, positive=True, integer=True, required=True) for k in BATCH_NAMES]
         batch = BatchLimits(*vals)
         if batch.min_local_bsz > batch.max_local_bsz or batch.init_bsz > batch.max_bsz:
             ck.bad(f"{where}.batch", "needs min_local_bsz <= max_local_bsz and init_bsz <= max_bsz")
+        elif batch.min_local_bsz > batch.max_bsz:
+            ck.bad(f"{where}.batch", f"min_local_bsz {batch.min_local_bsz} is above max_bsz {batch.max_bsz}: no GPU "
+                   "count can run it; lower min_local_bsz or raise max_bsz")
     else:
         batch = profile.batch
 
-    total = cluster.total_gpus
-    default_max = min(max(batch.max_bsz // batch.min_local_bsz, 1), total)
+    total = cluster.total_gpus  # 0: every node drained, a valid round in which no job runs
+    default_max = min(max(batch.max_bsz // batch.min_local_bsz, 1), total) or 1
     min_gpus = ck.number(raw, "min_gpus", where, 1, minimum=0, integer=True)
     max_gpus = ck.number(raw, "max_gpus", where, default_max, minimum=0, integer=True)
-    if min_gpus > total:
+    if min_gpus > total > 0:
         ck.bad(f"{where}.min_gpus", f"{min_gpus} exceeds the cluster's {total} GPUs; lower it or add nodes")
     if max_gpus < min_gpus:
         ck.bad(f"{where}.max_gpus", f"{max_gpus} is below min_gpus {min_gpus}; raise max_gpus")
     current = []
     for k, rg in enumerate(ck.sequence(raw, "current_gpus", where)):
         gw = f"{where}.current_gpus[{k}]"
-        rg = ck.mapping(rg, gw)
+        rg = ck.mapping(rg, gw, "gpu")
         node, gpu = rg.get("node"), ck.number(rg, "gpu", gw, 0, minimum=0, integer=True, required=True)
         if not isinstance(node, str):
-            ck.bad(f"{gw}.node", f"must be a node id string, got {node!r}")
+            ck.bad(f"{gw}.node", f"must be a node id string, got {_show(node)}")
             continue
         current.append(GpuRef(node, gpu))
     fixed = ck.number(raw, "fixed_bsz", where, None, positive=True, integer=True)
@@ -273,8 +341,8 @@ def _parse_job(ck: _Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | No
 
 
 def _parse_app_class(ck: _Checker, raw: Any, where: str) -> str | None:
-    if raw is not None and (not isinstance(raw, str) or not raw):
-        ck.bad(where, f"must be a class name such as \"classA\" (the cluster's slowdown keys), got {raw!r}")
+    if raw is not None and not _is_id(raw):
+        ck.bad(where, f"must be a class name such as \"classA\" (the cluster's slowdown keys), got {_show(raw)}")
         return None
     return raw
 
@@ -284,7 +352,7 @@ def _parse_groups(ck: _Checker, raw: Mapping, where: str, app: str | None) -> tu
         groups = []
         for k, rg in enumerate(ck.sequence(raw, "groups", where)):
             gw = f"{where}.groups[{k}]"
-            rg = ck.mapping(rg, gw)
+            rg = ck.mapping(rg, gw, "group")
             name = rg.get("name", f"group{k}")
             groups.append(LayerGroup(str(name), *(ck.number(rg, key, gw, 1.0, minimum=0.0, required=True)
                                                    for key in ("forward", "backward", "params"))))
@@ -293,21 +361,21 @@ def _parse_groups(ck: _Checker, raw: Mapping, where: str, app: str | None) -> tu
         return tuple(groups)
     profile = raw.get("profile", app)
     if profile not in LAYER_PROFILES:
-        ck.bad(f"{where}.profile", f"unknown layer profile {profile!r}; use one of {', '.join(sorted(LAYER_PROFILES))}, "
+        ck.bad(f"{where}.profile", f"unknown layer profile {_show(profile)}; use one of {', '.join(sorted(LAYER_PROFILES))}, "
                "or give groups [{forward, backward, params}, ...]")
         return ()
     return layer_profile(profile)
 
 
 def _parse_freezing(ck: _Checker, raw: Any, where: str, app: str | None) -> FreezeSpec | None:
-    raw = ck.mapping(raw, where)
+    raw = ck.mapping(raw, where, "freezing")
     groups = _parse_groups(ck, raw, where, app)
-    pen = ck.mapping(raw.get("penalty", {}), f"{where}.penalty")
+    pen = ck.mapping(raw.get("penalty", {}), f"{where}.penalty", "penalty")
     d = FreezePenalty()
     penalty = FreezePenalty(*(ck.number(pen, k, f"{where}.penalty", getattr(d, k), minimum=0.0) for k in PENALTY_NAMES))
     progress = ck.number(raw, "progress", where, 0.0, minimum=0.0, required=True)
     if progress is not None and progress > 1.0:
-        ck.bad(f"{where}.progress", f"is the fraction of training done, in [0, 1]; got {progress!r}")
+        ck.bad(f"{where}.progress", f"is the fraction of training done, in [0, 1]; got {_show(progress)}")
     top = len(groups) - 1
     min_frozen = ck.number(raw, "min_frozen", where, 0, minimum=0, integer=True)
     max_frozen = ck.number(raw, "max_frozen", where, None, minimum=0, integer=True)
@@ -333,38 +401,41 @@ def _check_current_gpus(ck: _Checker, jobs: list[JobSpec], cluster: Cluster) -> 
         for ref in job.current_gpus:
             where = f"jobs[{i}].current_gpus"
             if ref.node not in nodes:
-                ck.bad(where, f"node {ref.node!r} is not in the cluster")
+                ck.bad(where, f"node {_show(ref.node)} is not in the cluster")
                 continue
             if ref.gpu >= nodes[ref.node].gpus:
-                ck.bad(where, f"GPU {ref.gpu} does not exist on node {ref.node!r} ({nodes[ref.node].gpus} GPUs)")
+                ck.bad(where, f"GPU {ref.gpu} does not exist on node {_show(ref.node)} ({nodes[ref.node].gpus} GPUs)")
             if ref in holder:
-                ck.bad(where, f"GPU {ref.node}:{ref.gpu} is also held by job {holder[ref]!r}")
+                ck.bad(where, f"GPU {ref.node}:{ref.gpu} is also held by job {_show(holder[ref])}")
             holder[ref] = job.id
             types.add(nodes[ref.node].gpu_type)
         if len(types) > 1:
             ck.bad(f"jobs[{i}].current_gpus", f"mixes GPU types {sorted(types)}; a job runs on one type")
+        elif types and not types <= set(job.throughput):
+            ck.bad(f"jobs[{i}].current_gpus", f"runs on GPU type {_show(min(types))}, for which the job has no "
+                   f"throughput_params (it has {', '.join(sorted(job.throughput)) or 'none'}); add them")
 
 
 def _parse_settings(ck: _Checker, raw: Any) -> Settings:
-    raw = ck.mapping(raw, "settings")
+    raw = ck.mapping(raw, "settings", "settings")
     d = Settings()
     p = raw.get("p", d.p)
-    if isinstance(p, str) and p in _MAX_MIN:
+    if isinstance(p, str) and p in _MAX_MIN or isinstance(p, float) and p == -math.inf:
         p = -math.inf
-    elif isinstance(p, bool) or not isinstance(p, (int, float)) or math.isnan(p):
-        ck.bad("settings.p", f"must be a number or \"-inf\" (max-min), got {p!r}")
+    elif isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or abs(p) > 1e3:
+        ck.bad("settings.p", f"must be a number or \"-inf\" (max-min), a finite p within [-1000, 1000]; got {_show(p)}")
         p = d.p
     from schedlab.formulations import FORMULATIONS
 
     formulation = raw.get("formulation", d.formulation)
     if not isinstance(formulation, str) or formulation not in FORMULATIONS:
-        ck.bad("settings.formulation", f"unknown formulation {formulation!r}; use one of {', '.join(FORMULATIONS)}")
+        ck.bad("settings.formulation", f"unknown formulation {_show(formulation)}; use one of {', '.join(FORMULATIONS)}")
         formulation = d.formulation
     from schedlab.solvers.registry import SOLVERS
 
     solver = raw.get("solver", d.solver)
     if not isinstance(solver, str) or solver not in SOLVERS:
-        ck.bad("settings.solver", f"unknown solver {solver!r}; use one of {', '.join(SOLVERS)}")
+        ck.bad("settings.solver", f"unknown solver {_show(solver)}; use one of {', '.join(SOLVERS)}")
         solver = d.solver
     return Settings(
         formulation=formulation,
@@ -381,23 +452,47 @@ def _parse_settings(ck: _Checker, raw: Any) -> Settings:
     )
 
 
+def load_json(data: bytes, source: str) -> Any:
+    """A round's bytes as JSON: UTF-8, standard JSON only (no NaN or Infinity), numbers of sane
+    size, nesting Python can follow; InputError naming the place otherwise."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError([f"{source}: not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}); "
+                          "save the round as UTF-8"]) from None
+
+    def non_finite(token: str) -> None:
+        raise InputError([f"{source}: {token} is not a JSON number; use a finite number"])
+
+    try:
+        return json.loads(text, parse_constant=non_finite)
+    except json.JSONDecodeError as exc:
+        raise InputError([f"{source}: not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"]) from None
+    except ValueError as exc:  # Python's limit on integer digits
+        raise InputError([f"{source}: a number is too large to read ({exc}); numbers must be at most 2**53"]) from None
+    except RecursionError:
+        raise InputError([f"{source}: nested too deeply to read; a round nests a few levels"]) from None
+
+
 def parse_round_input(raw: Any) -> RoundInput:
     """Validate a JSON-like dict and build the RoundInput; InputError lists every problem."""
     ck = _Checker()
-    raw = ck.mapping(raw, "round")
-    for key in set(raw) - {"cluster", "jobs", "settings", "round_s"}:
-        ck.bad(key, "unknown top-level key; expected cluster, jobs, settings, round_s")
+    raw = ck.mapping(raw, "round", "round")
     cluster = _parse_cluster(ck, raw.get("cluster"))
     jobs: list[JobSpec] = []
     first_index: dict[str, int] = {}
     if "jobs" not in raw:
         ck.bad("jobs", "is required (a list, possibly empty)")
-    for i, rj in enumerate(ck.sequence(raw, "jobs", "round")):
+    raw_jobs = ck.sequence(raw, "jobs", "round")
+    if len(raw_jobs) > MAX_JOBS:
+        ck.bad("jobs", f"{len(raw_jobs):,} jobs; a round takes at most {MAX_JOBS:,}: send the rest in a later round")
+        raw_jobs = []
+    for i, rj in enumerate(raw_jobs):
         job = _parse_job(ck, rj, i, cluster)
         if job is None:
             continue
         if job.id in first_index:
-            ck.bad(f"jobs[{i}].id", f"duplicate id {job.id!r} (also jobs[{first_index[job.id]}]); ids must be unique")
+            ck.bad(f"jobs[{i}].id", f"duplicate id {_show(job.id)} (also jobs[{first_index[job.id]}]); ids must be unique")
             continue
         first_index[job.id] = i
         jobs.append(job)

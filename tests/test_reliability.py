@@ -1,0 +1,145 @@
+"""Hostile input, family by family: each ends in a verified answer or an InputError naming the
+field and the fix, never a traceback, a hang or a wrong accept."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from schedlab import InputError, solve_round
+from schedlab.io import MAX_GPUS_PER_NODE, MAX_JOBS, load_json
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "round-16x4.json"
+
+
+def _example() -> dict:
+    return json.loads(EXAMPLE.read_text())
+
+
+def _problems(raw) -> list[str]:
+    with pytest.raises(InputError) as err:
+        solve_round(raw)
+    return err.value.problems
+
+
+def _mutated(mutate) -> dict:
+    raw = _example()
+    mutate(raw)
+    return raw
+
+
+@pytest.mark.parametrize("mutate, field, hint", [
+    (lambda d: d["settings"].update(time_limit=5), "settings.time_limit", "did you mean 'time_limit_s'"),
+    (lambda d: d["jobs"][0].update(priority=3), "jobs[0].priority", "use age_s"),
+    (lambda d: d["jobs"][0].update(batch={"init_bsz": 32, "max_bsz": 512, "min_local_bsz": 8,
+                                          "max_local_bsz": 64, "maxbsz": 1}), "jobs[0].batch.maxbsz",
+     "did you mean 'max_bsz'"),
+    (lambda d: d["jobs"][0]["current_gpus"][0].update(index=1), "jobs[0].current_gpus[0].index", "use gpu, node"),
+    (lambda d: d["cluster"]["nodes"][0].update(gpu=4), "cluster.nodes[0].gpu", "did you mean 'gpus'"),
+    (lambda d: d["jobs"][1].update(grad_stats={"sqr": 1.0, "var": 1.0, "noise": 2}), "jobs[1].grad_stats.noise", ""),
+])
+def test_unknown_keys_at_every_level_are_named_with_a_suggestion(mutate, field, hint):
+    problems = _problems(_mutated(mutate))
+    assert any(p.startswith(f"{field}: unknown key") and hint in p for p in problems), problems
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["settings"].update(p=math.inf), "settings.p: must be a number or \"-inf\""),
+    (lambda d: d["settings"].update(p=1e9), "finite p within [-1000, 1000]"),
+    (lambda d: d["jobs"][0].update(throughput_params={"alpha_c": 0.1, "beta_c": 0.01, "alpha_n": 0.1, "beta_n": 0.01,
+                                                       "alpha_r": 0.1, "beta_r": 0.01, "gamma": 1e6}),
+     "jobs[0].throughput_params.gamma: must be in Pollux's [1, 10]"),
+    (lambda d: d["jobs"][0].update(batch={"init_bsz": 32, "max_bsz": 32, "min_local_bsz": 64, "max_local_bsz": 128}),
+     "no GPU count can run it"),
+    (lambda d: d["cluster"]["nodes"][0].update(gpus=10**9), f"above the limit of {MAX_GPUS_PER_NODE} GPUs per node"),
+    (lambda d: d["cluster"]["nodes"][0].update(gpus=10**5000), "an integer of over 4,000 digits"),
+    (lambda d: d["cluster"]["nodes"][0].update(gpus=float("inf")), "must be a finite number"),
+    (lambda d: d["jobs"][0].update(id="x" * 1000), "jobs[0].id: must be a non-empty string of at most 256"),
+])
+def test_implausible_or_oversized_values_are_rejected_with_the_reason(mutate, message):
+    problems = _problems(_mutated(mutate))
+    assert any(message in p for p in problems), problems
+
+
+@pytest.mark.parametrize("override", [{"time_limit_s": -1}, {"time_limit_s": 0}, {"time_limit_s": math.nan},
+                                      {"mip_gap": -1}, {"mip_gap": math.nan}, {"solver": "/bin/sh"}])
+def test_keyword_overrides_are_validated_as_the_json_is(override):
+    with pytest.raises(InputError) as err:
+        solve_round(_example(), **override)
+    assert any(p.startswith(f"settings.{next(iter(override))}:") for p in err.value.problems), err.value.problems
+
+
+def test_a_huge_or_deeply_nested_value_is_quoted_short():
+    nested: list = []
+    for _ in range(100_000):
+        nested = [nested]
+    raw = _mutated(lambda d: d["settings"].update(p=nested, solver="s" * 50_000_000))
+    problems = _problems(raw)
+    assert len(problems) == 2 and all(len(p) < 400 for p in problems), [p[:100] for p in problems]
+
+
+def test_a_job_running_on_a_gpu_type_it_has_no_parameters_for_is_named():
+    raw = _example()
+    raw["cluster"]["nodes"][0]["gpu_type"] = "B"
+    holder = next(i for i, j in enumerate(raw["jobs"]) if any(g["node"] == "n0" for g in j.get("current_gpus", [])))
+    params = {"alpha_c": 0.1, "beta_c": 0.01, "alpha_n": 0.1, "beta_n": 0.01, "alpha_r": 0.1, "beta_r": 0.01, "gamma": 1.5}
+    raw["jobs"][holder]["throughput_params"] = {"default": params}  # none for type B
+    problems = _problems(raw)
+    assert any(p.startswith(f"jobs[{holder}].current_gpus: runs on GPU type 'B'") for p in problems), problems
+
+
+def test_too_many_jobs_is_a_size_error_naming_the_limit():
+    raw = _example()
+    raw["jobs"] = [{"id": f"j{i}", "application": "bert"} for i in range(MAX_JOBS + 1)]
+    problems = _problems(raw)
+    assert problems == [f"jobs: {MAX_JOBS + 1:,} jobs; a round takes at most {MAX_JOBS:,}: "
+                        "send the rest in a later round"]
+
+
+def test_a_drained_cluster_gives_an_empty_optimal_answer():
+    raw = _example()
+    for node in raw["cluster"]["nodes"]:
+        node["gpus"] = 0
+    for job in raw["jobs"]:
+        job.pop("current_gpus", None)
+    result = solve_round(raw)
+    assert result.status == "optimal" and result.verified
+    assert len(result.allocations) == len(raw["jobs"]) and not any(a.gpus for a in result.allocations)
+
+
+def test_cpsat_takes_the_largest_seed_the_schema_allows():
+    result = solve_round(_mutated(lambda d: d["settings"].update(seed=2**40)), solver="cpsat")
+    assert result.status == "optimal"
+
+
+@pytest.mark.parametrize("data, message", [
+    (b'{"jobs": [{"id": "caf\xe9"}]}', "not UTF-8 text (byte 21 is 0xe9)"),
+    (b"[" * 200_000 + b"]" * 200_000, "nested too deeply"),
+    (b'{"round_s": ' + b"9" * 5000 + b"}", "a number is too large to read"),
+    (b'{"round_s": NaN}', "NaN is not a JSON number"),
+    (b'{"round_s": 1', "not valid JSON"),
+])
+def test_unreadable_bytes_are_input_errors(data, message):
+    with pytest.raises(InputError) as err:
+        load_json(data, "round.json")
+    assert err.value.problems[0].startswith("round.json: ") and message in err.value.problems[0], err.value.problems
+
+
+def test_the_cli_reports_unreadable_files_without_a_traceback(tmp_path):
+    bad = tmp_path / "latin1.json"
+    raw = _example()
+    raw["jobs"][0]["id"] = "Zürich"
+    bad.write_bytes(json.dumps(raw, ensure_ascii=False).encode("latin-1"))
+    out = subprocess.run([sys.executable, "-m", "schedlab.cli", "solve", str(bad)], capture_output=True, text=True)
+    assert out.returncode == 2 and "not UTF-8 text" in out.stderr and "Traceback" not in out.stderr
+    good = tmp_path / "round.json"
+    good.write_text(json.dumps(copy.deepcopy(_example())))
+    out = subprocess.run([sys.executable, "-m", "schedlab.cli", "solve", str(good), "--time-limit", "-1"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "settings.time_limit_s: must be > 0" in out.stderr
