@@ -102,8 +102,8 @@ class _Checker:
             self.bad(f"{where}.{key}", f"must be {kind}, got {_show(v)}")
             return default
         if isinstance(v, int) and abs(v) > 2**53:
-            self.bad(f"{where}.{key}", f"must be at most 2**53 in size, got an integer of {len(str(abs(v)))} digits"
-                     if abs(v) < 10**4000 else f"must be at most 2**53 in size, got an integer of over 4,000 digits")
+            digits = f"{len(str(abs(v)))}" if abs(v) < 10**4000 else "over 4,000"  # str() stops at 4,300 digits
+            self.bad(f"{where}.{key}", f"must be at most 2**53 in size, got an integer of {digits} digits")
             return default
         if not math.isfinite(v):
             self.bad(f"{where}.{key}", f"must be a finite number, got {_show(v)}")
