@@ -67,7 +67,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from schedlab.policies import make_policy
-    from schedlab.replay.engine import WORLDS, replay, write_outputs
+    from schedlab.replay.engine import WORLDS, check_out_dir, replay, write_outputs
     from schedlab.traces import (load_sia_philly, load_workload, philly_trace_workload, sia_philly_jobs, trace_jobs,
                                  workload_from_sia_philly)
 
@@ -78,6 +78,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                                    "round_s": args.round_s, "restart_delay_s": args.restart_delay_s,
                                    "throughput_model": args.model}.items() if v is not None}
     config = replace(world, **overrides)
+    if args.out:
+        check_out_dir(args.out)
     if args.sia_philly and config.sia_philly_work:
         jobs = sia_philly_jobs(load_sia_philly(args.sia_philly), config.sia_philly_work)
     elif args.sia_philly:

@@ -12,7 +12,7 @@ import math
 import reprlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schedlab.errors import InputError
 from schedlab.models.freezing import PROFILES as LAYER_PROFILES, layer_profile
@@ -34,6 +34,9 @@ from schedlab.state import (
     ThroughputParams,
     Topology,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PARAM_NAMES = tuple(ThroughputParams.__dataclass_fields__)
 PENALTY_NAMES = tuple(FreezePenalty.__dataclass_fields__)
@@ -450,6 +453,19 @@ def _parse_settings(ck: _Checker, raw: Any) -> Settings:
         lp_first=ck.flag(raw, "lp_first", "settings", d.lp_first),
         partitions=ck.number(raw, "partitions", "settings", d.partitions, minimum=0, integer=True),
     )
+
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame with every text cell that a spreadsheet would run as a formula (a job named
+    "=HYPERLINK(...)") quoted by a leading apostrophe: names written to CSV are data."""
+    def safe(value: Any) -> Any:
+        return "'" + value if isinstance(value, str) and value.startswith(_FORMULA_START) else value
+
+    text = frame.select_dtypes(include=["object", "string"]).columns
+    return frame.assign(**{c: frame[c].map(safe) for c in text}) if len(text) else frame
 
 
 def load_json(data: bytes, source: str) -> Any:

@@ -233,3 +233,28 @@ def test_a_world_with_variability_and_racks_slows_jobs_on_slow_gpus(small_jobs):
         assert res.summary["jobs_completed"] == 14 and (res.rounds.gpus_used <= 16).all()
     # the world changes what jobs feel: each GPU at a measured GPU's slowest run, a slow uplink
     assert replay(small_jobs, make_policy("pollux"), world).summary["mean_jct_s"] != plain["mean_jct_s"]
+
+
+@pytest.mark.parametrize("policy", ["tiresias", "fifo", "pal"])
+def test_a_job_that_can_never_fit_stops_the_replay_with_a_clear_error(policy):
+    jobs = (TraceJob("big", "cifar10", 0.0, 8, 2048), TraceJob("small", "ncf", 0.0, 1, 32768))
+    with pytest.raises(ConfigError, match=r"\(4 GPUs\) sat idle for 3 rounds .* big, asks for 8 GPUs"):
+        replay(jobs, make_policy(policy), ReplayConfig(num_nodes=1, gpus_per_node=4))
+
+
+def test_replay_outputs_quote_names_a_spreadsheet_would_run(tmp_path):
+    from schedlab.replay.engine import write_outputs
+
+    jobs = (TraceJob("=HYPERLINK(\"http://x\")", "ncf", 0.0, 1, 32768), TraceJob("-2+3", "ncf", 0.0, 1, 32768))
+    write_outputs(replay(jobs, make_policy("fifo"), SMALL), tmp_path)
+    names = pd.read_csv(tmp_path / "jobs.csv")["name"].tolist()
+    assert names == ["'=HYPERLINK(\"http://x\")", "'-2+3"]
+
+
+def test_replay_out_is_checked_before_the_replay_runs(tmp_path):
+    blocker = tmp_path / "taken"
+    blocker.write_text("a file")
+    out = subprocess.run([sys.executable, "-m", "schedlab.cli", "replay", "--workload", "workload-6",
+                          "--policy", "pollux", "--out", str(blocker / "sub"), "--quiet"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "cannot create it" in out.stderr and "Traceback" not in out.stderr

@@ -166,3 +166,19 @@ def test_policy_axes_reach_the_policies_that_have_them():
 def test_world_and_axes_are_checked(text, message):
     with pytest.raises(ConfigError, match=message):
         parse_sweep(text, "w.toml")
+
+
+@pytest.mark.parametrize("damage", [lambda text: text[: len(text) // 2], lambda text: "", lambda text: "{}"])
+def test_a_damaged_cell_is_reported_and_run_again(tmp_path, uninterrupted, damage):
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(uninterrupted, out)
+    victim = sorted((out / "cells").glob("*.json"))[0]
+    victim.write_text(damage(victim.read_text()))
+    with pytest.raises(ConfigError, match=f"not whole records .*{victim.name}.*schedlab sweep"):
+        report(out)
+    records, failed = run_sweep(parse_sweep(TINY), out, workers=1, progress=False)
+    assert len(records) == 12 and failed == [] and CellStore(out).corrupt() == []
+    assert results(out) == results(uninterrupted)
+    assert report(out) == report(uninterrupted)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from schedlab.io import spreadsheet_safe
 from schedlab.sweep import load_sweep, results_frame
 
 
@@ -43,6 +44,6 @@ def run_sweep_pair(description: str, argv: list[str] | None, configs: Path | Non
     folder = Path(args.out)
     main = results_frame(load_sweep(args.configs / f"{first}.toml", overrides), folder, args.processes)
     other = results_frame(load_sweep(args.configs / f"{second}.toml", overrides), folder / second, args.processes)
-    main.to_csv(folder / "results.csv", index=False)
-    other.to_csv(folder / f"{second}.csv", index=False)
+    spreadsheet_safe(main).to_csv(folder / "results.csv", index=False)
+    spreadsheet_safe(other).to_csv(folder / f"{second}.csv", index=False)
     return SweepPair(args, main, other, folder, t0)

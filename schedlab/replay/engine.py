@@ -36,6 +36,7 @@ from __future__ import annotations
 import collections
 import json
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -47,6 +48,7 @@ from threadpoolctl import threadpool_limits
 
 from schedlab.clusters import VARIABILITY, ClusterSpec, make_cluster
 from schedlab.errors import ConfigError
+from schedlab.io import spreadsheet_safe
 from schedlab.models.freezing import DEFAULT_BUDGET, layer_profile
 from schedlab.models.profiles import POLLUX_GPU_TYPE, shipped_profiles
 from schedlab.models.throughput import MeasuredTable
@@ -285,7 +287,7 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
     order = {j.name: i for i, j in enumerate(jobs)}
     pending = collections.deque(sorted(order, key=lambda name: (states[name].job.submit_s, order[name])))
     live: dict[str, JobState] = {}
-    done = 0
+    done = idle_rounds = 0
     now = config.round_s if config.first_decision_s is None else config.first_decision_s
     while True:
         for name in [k for k, s in live.items() if s.done]:
@@ -317,6 +319,9 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
                     s = reallocate(s, agents[alloc.job_id], alloc.gpus, bsz, config.restart_delay_s)
                 live[alloc.job_id] = replace(s, frozen_groups=alloc.frozen_groups if alloc.job_id in freezing else 0)
         running = [s for s in live.values() if s.gpus]
+        idle_rounds = idle_rounds + 1 if live and not running and not pending else 0
+        if idle_rounds >= STUCK_ROUNDS:
+            raise ConfigError(_stuck_message(policy, live, total, idle_rounds))
         log |= {"running_jobs": len(running), "gpus_used": sum(len(s.gpus) for s in running)}
         rounds.append(log)
         if on_round:
@@ -331,6 +336,18 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
     jobs_df = _jobs_frame(states, truths, config.gpus_per_node, freezing)
     rounds_df = pd.DataFrame(rounds)
     return ReplayResult(jobs_df, rounds_df, summarize(jobs_df, rounds_df, total, now) | _freeze_summary(jobs_df))
+
+
+STUCK_ROUNDS = 3  # rounds an idle cluster may leave every waiting job waiting, with none to arrive
+
+
+def _stuck_message(policy: Policy, live: dict[str, JobState], total_gpus: int, rounds: int) -> str:
+    """Why a replay stops: nothing runs, nothing will arrive, and the policy places nobody."""
+    largest = max(live.values(), key=lambda s: s.job.num_replicas).job
+    waiting = f"{len(live)} job" + "s" * (len(live) > 1)
+    return (f"the cluster ({total_gpus} GPUs) sat idle for {rounds} rounds with {waiting} waiting and none "
+            f"left to arrive: {policy.name} gives them no GPUs, so they would wait forever (the largest, "
+            f"{largest.name}, asks for {largest.num_replicas} GPUs); use a larger cluster or another policy")
 
 
 def _advance(state: JobState, truth: ApplicationTruth, agent: JobAgent, rules: _JobRules, now_s: float,
@@ -351,12 +368,26 @@ def _freeze_summary(jobs: pd.DataFrame) -> dict:
             "budget_violations": int((opted.penalty_spent > opted.freeze_budget * (1 + 1e-9)).sum())}
 
 
+def check_out_dir(out_dir: str | Path) -> Path:
+    """The output folder, created now if needed: a bad --out fails before the replay, not after."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: is a file; give a folder for jobs.csv, rounds.csv and summary.json")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot create it ({exc.strerror}); give a folder you can write") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {out}: not writable; give a folder you can write")
+    return out
+
+
 def write_outputs(result: ReplayResult, out_dir: str | Path) -> None:
     """jobs.csv, rounds.csv and summary.json in `out_dir` (created if needed)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    result.jobs.to_csv(out / "jobs.csv", index=False)
-    result.rounds.to_csv(out / "rounds.csv", index=False)
+    spreadsheet_safe(result.jobs).to_csv(out / "jobs.csv", index=False)
+    spreadsheet_safe(result.rounds).to_csv(out / "rounds.csv", index=False)
     (out / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n")
 
 

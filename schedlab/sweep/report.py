@@ -18,6 +18,7 @@ from scipy import stats
 from tabulate import tabulate
 
 from schedlab.errors import ConfigError
+from schedlab.io import spreadsheet_safe
 from schedlab.sweep.config import cell_key, load_sweep, trace_label
 from schedlab.sweep.run import CellStore, records_frame
 
@@ -75,7 +76,7 @@ def _metrics(frame: pd.DataFrame) -> list[str]:
 
 def render(long: pd.DataFrame, fmt: str) -> str:
     if fmt == "csv":
-        return long.to_csv(index=False)
+        return spreadsheet_safe(long).to_csv(index=False)
     wide = wide_table(long)
     if fmt == "md":
         return tabulate(wide.reset_index(), headers="keys", tablefmt="github", showindex=False)
@@ -93,7 +94,11 @@ def report(out: str | Path, fmt: str = "md", figures: bool = False, baseline: st
         raise ConfigError(f"{out} holds no sweep (no sweep.toml): run `schedlab sweep CONFIG --out {out}` first")
     sweep = load_sweep(out / "sweep.toml")
     order = {cell_key(c): i for i, c in enumerate(sweep.cells)}  # the config's cells, in its order
-    records = sorted(CellStore(out).records(set(order)), key=lambda r: order[r["key"]])
+    store = CellStore(out)
+    if corrupt := store.corrupt():
+        raise ConfigError(f"{len(corrupt)} cell files under {store.dir} are not whole records (e.g. {corrupt[0].name}, "
+                          f"cut short or emptied): run `schedlab sweep {out}/sweep.toml --out {out}` to run them again")
+    records = sorted(store.records(set(order)), key=lambda r: order[r["key"]])
     if not records:
         raise ConfigError(f"{out}/cells holds no finished cells of {out}/sweep.toml yet")
     frame = records_frame(records)

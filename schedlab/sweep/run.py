@@ -110,6 +110,17 @@ def execute(cell: dict[str, Any]) -> dict[str, Any]:
             "cpu_s": time.process_time() - c0, "wall_s": time.perf_counter() - t0}
 
 
+def _read_record(path: Path) -> dict[str, Any] | None:
+    """The finished cell stored at path, or None if the file is not one (cut short by a killed
+    run, emptied, or another cell's)."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    whole = isinstance(record, dict) and record.get("key") == path.stem and isinstance(record.get("summary"), dict)
+    return record if whole else None
+
+
 class CellStore:
     """OUT/cells/<key>.json per finished cell, <key>.error.json per failed one."""
 
@@ -118,7 +129,9 @@ class CellStore:
         self.dir.mkdir(parents=True, exist_ok=True)
 
     def done(self) -> set[str]:
-        return {p.name[: -len(".json")] for p in self.dir.glob("*.json") if not p.name.endswith(".error.json")}
+        """Keys of the finished cells whose files are whole (a truncated, empty or foreign file is
+        not done: the next sweep runs that cell again)."""
+        return set(self._finished())
 
     def write(self, record: dict[str, Any]) -> None:
         name = f"{record['key']}.error.json" if "error" in record else f"{record['key']}.json"
@@ -129,8 +142,18 @@ class CellStore:
             (self.dir / f"{record['key']}.error.json").unlink(missing_ok=True)
 
     def records(self, keys: set[str] | None = None) -> list[dict[str, Any]]:
-        paths = sorted(p for p in self.dir.glob("*.json") if not p.name.endswith(".error.json"))
-        return [json.loads(p.read_text()) for p in paths if keys is None or p.stem in keys]
+        return [r for key, r in sorted(self._finished().items()) if keys is None or key in keys]
+
+    def corrupt(self) -> list[Path]:
+        """Cell files that do not hold a whole record of their own key."""
+        return [p for p in self._cell_files() if _read_record(p) is None]
+
+    def _cell_files(self) -> list[Path]:
+        return sorted(p for p in self.dir.glob("*.json") if not p.name.endswith(".error.json"))
+
+    def _finished(self) -> dict[str, dict[str, Any]]:
+        found = ((p.stem, _read_record(p)) for p in self._cell_files())
+        return {key: record for key, record in found if record is not None}
 
     def errors(self) -> list[dict[str, Any]]:
         return [json.loads(p.read_text()) for p in sorted(self.dir.glob("*.error.json"))]
