@@ -70,6 +70,9 @@ MAX_GPUS_PER_NODE = _SCHEMA["properties"]["cluster"]["properties"]["nodes"]["ite
 MAX_JOBS = _SCHEMA["properties"]["jobs"]["maxItems"]
 MAX_ID_CHARS = _SCHEMA["properties"]["jobs"]["items"]["properties"]["id"]["maxLength"]
 MAX_GPUS = 262_144
+MAX_BSZ = _SCHEMA["properties"]["jobs"]["items"]["properties"]["fixed_bsz"]["maximum"]
+MAX_PARAM = _SCHEMA["$defs"]["params"]["properties"]["alpha_c"]["maximum"]
+MAX_GRAD_STAT = _SCHEMA["properties"]["jobs"]["items"]["properties"]["grad_stats"]["properties"]["sqr"]["maximum"]
 _shown = reprlib.Repr()
 _shown.maxstring, _shown.maxother, _shown.maxlevel = 60, 60, 3
 
@@ -94,7 +97,7 @@ class _Checker:
         self.problems.append(f"{where}: {what}")
 
     def number(self, d: Mapping, key: str, where: str, default=None, minimum: float | None = None,
-               positive: bool = False, integer: bool = False, required: bool = False):
+               positive: bool = False, integer: bool = False, required: bool = False, maximum: float | None = None):
         if key not in d or d[key] is None:
             if required:
                 self.bad(f"{where}.{key}", "is required")
@@ -104,12 +107,13 @@ class _Checker:
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             self.bad(f"{where}.{key}", f"must be {kind}, got {_show(v)}")
             return default
-        if isinstance(v, int) and abs(v) > 2**53:
-            digits = f"{len(str(abs(v)))}" if abs(v) < 10**4000 else "over 4,000"  # str() stops at 4,300 digits
-            self.bad(f"{where}.{key}", f"must be at most 2**53 in size, got an integer of {digits} digits")
+        if isinstance(v, float) and not math.isfinite(v):
+            self.bad(f"{where}.{key}", f"must be a finite number, got {v!r}")
             return default
-        if not math.isfinite(v):
-            self.bad(f"{where}.{key}", f"must be a finite number, got {_show(v)}")
+        if (isinstance(v, int) or integer) and abs(v) > 2**53:  # a float too: 1e300 is "whole"
+            digits = f"{len(str(abs(v)))}" if abs(v) < 10**4000 else "over 4,000"  # str() stops at 4,300 digits
+            got = f"an integer of {digits} digits" if isinstance(v, int) else _show(v)
+            self.bad(f"{where}.{key}", f"must be at most 2**53 in size, got {got}")
             return default
         if integer and v != int(v):
             self.bad(f"{where}.{key}", f"must be a whole number, got {_show(v)}")
@@ -119,6 +123,9 @@ class _Checker:
             return default
         if minimum is not None and v < minimum:
             self.bad(f"{where}.{key}", f"must be >= {minimum}, got {_show(v)}")
+            return default
+        if maximum is not None and v > maximum:
+            self.bad(f"{where}.{key}", f"must be <= {maximum:g}, got {_show(v)}")
             return default
         return int(v) if integer else float(v)
 
@@ -249,7 +256,9 @@ def _parse_cluster(ck: _Checker, raw: Any) -> Cluster:
 
 def _parse_params(ck: _Checker, raw: Any, where: str) -> ThroughputParams | None:
     raw = ck.mapping(raw, where, "params")
-    values = [ck.number(raw, k, where, minimum=0.0, required=True) for k in PARAM_NAMES]
+    # seconds (alpha) and seconds per example or GPU (beta): beyond MAX_PARAM no GPU is modelled
+    values = [ck.number(raw, k, where, minimum=0.0, required=True, maximum=None if k == "gamma" else MAX_PARAM)
+              for k in PARAM_NAMES]
     if any(v is None for v in values):
         return None
     if not 1.0 <= values[-1] <= 10.0:
@@ -293,13 +302,14 @@ def _parse_job(ck: _Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | No
                   else _parse_throughput(ck, raw.get("throughput_params"), f"{where}.throughput_params", gpu_types))
     if "grad_stats" in raw:
         g = ck.mapping(raw["grad_stats"], f"{where}.grad_stats", "grad_stats")
-        grad = GradStats(ck.number(g, "sqr", f"{where}.grad_stats", 0.0, minimum=0.0, required=True),
-                         ck.number(g, "var", f"{where}.grad_stats", 0.0, minimum=0.0, required=True))
+        grad = GradStats(*(ck.number(g, k, f"{where}.grad_stats", 0.0, minimum=0.0, required=True, maximum=MAX_GRAD_STAT)
+                           for k in ("sqr", "var")))
     else:
         grad = profile.grad_stats
     if "batch" in raw:
         b = ck.mapping(raw["batch"], f"{where}.batch", "batch")
-        vals = [ck.number(b, k, f"{where}.batch", 1, positive=True, integer=True, required=True) for k in BATCH_NAMES]
+        vals = [ck.number(b, k, f"{where}.batch", 1, positive=True, integer=True, required=True,
+                          maximum=MAX_BSZ) for k in BATCH_NAMES]
         batch = BatchLimits(*vals)
         if batch.min_local_bsz > batch.max_local_bsz or batch.init_bsz > batch.max_bsz:
             ck.bad(f"{where}.batch", "needs min_local_bsz <= max_local_bsz and init_bsz <= max_bsz")
@@ -311,8 +321,8 @@ def _parse_job(ck: _Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | No
 
     total = cluster.total_gpus  # 0: every node drained, a valid round in which no job runs
     default_max = min(max(batch.max_bsz // batch.min_local_bsz, 1), total) or 1
-    min_gpus = ck.number(raw, "min_gpus", where, 1, minimum=0, integer=True)
-    max_gpus = ck.number(raw, "max_gpus", where, default_max, minimum=0, integer=True)
+    min_gpus = ck.number(raw, "min_gpus", where, 1, minimum=0, integer=True, maximum=MAX_GPUS)
+    max_gpus = ck.number(raw, "max_gpus", where, default_max, minimum=0, integer=True, maximum=MAX_GPUS)
     if min_gpus > total > 0:
         ck.bad(f"{where}.min_gpus", f"{min_gpus} exceeds the cluster's {total} GPUs; lower it or add nodes")
     if max_gpus < min_gpus:
@@ -326,16 +336,16 @@ def _parse_job(ck: _Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | No
             ck.bad(f"{gw}.node", f"must be a node id string, got {_show(node)}")
             continue
         current.append(GpuRef(node, gpu))
-    fixed = ck.number(raw, "fixed_bsz", where, None, positive=True, integer=True)
+    fixed = ck.number(raw, "fixed_bsz", where, None, positive=True, integer=True, maximum=MAX_BSZ)
     return JobSpec(
         id=job_id, throughput=throughput, grad_stats=grad, batch=batch,
         min_gpus=min_gpus, max_gpus=max_gpus, current_gpus=tuple(current),
         age_s=ck.number(raw, "age_s", where, 0.0, minimum=0.0),
-        num_restarts=ck.number(raw, "num_restarts", where, 0, minimum=0, integer=True),
+        num_restarts=ck.number(raw, "num_restarts", where, 0, minimum=0, integer=True, maximum=2**31),
         fixed_bsz=fixed, restart_cost_s=ck.number(raw, "restart_cost_s", where, None, minimum=0.0),
         application=app,
-        requested_gpus=ck.number(raw, "requested_gpus", where, None, positive=True, integer=True),
-        requested_bsz=ck.number(raw, "requested_bsz", where, None, positive=True, integer=True),
+        requested_gpus=ck.number(raw, "requested_gpus", where, None, positive=True, integer=True, maximum=MAX_GPUS),
+        requested_bsz=ck.number(raw, "requested_bsz", where, None, positive=True, integer=True, maximum=MAX_BSZ),
         attained_service_gpu_s=ck.number(raw, "attained_service_gpu_s", where, 0.0, minimum=0.0),
         remaining_steps=ck.number(raw, "remaining_steps", where, None, minimum=0.0),
         freezing=_parse_freezing(ck, raw["freezing"], f"{where}.freezing", app) if "freezing" in raw else None,
@@ -425,7 +435,7 @@ def _parse_settings(ck: _Checker, raw: Any) -> Settings:
     p = raw.get("p", d.p)
     if isinstance(p, str) and p in _MAX_MIN or isinstance(p, float) and p == -math.inf:
         p = -math.inf
-    elif isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or abs(p) > 1e3:
+    elif isinstance(p, bool) or not isinstance(p, (int, float)) or not abs(p) <= 1e3:  # NaN and huge ints too
         ck.bad("settings.p", f"must be a number or \"-inf\" (max-min), a finite p within [-1000, 1000]; got {_show(p)}")
         p = d.p
     from schedlab.formulations import FORMULATIONS

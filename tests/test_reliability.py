@@ -8,11 +8,14 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from schedlab import InputError, solve_round
+from schedlab.experiments.fuzz_rounds import capacity_violations, run_mutated, run_valid, valid_round
 from schedlab.io import MAX_GPUS_PER_NODE, MAX_JOBS, load_json
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "round-16x4.json"
@@ -143,3 +146,34 @@ def test_the_cli_reports_unreadable_files_without_a_traceback(tmp_path):
     out = subprocess.run([sys.executable, "-m", "schedlab.cli", "solve", str(good), "--time-limit", "-1"],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "settings.time_limit_s: must be > 0" in out.stderr
+
+
+def test_mutated_rounds_end_in_an_answer_or_an_input_error():
+    out = run_mutated(300, seed=1)
+    assert out["outcomes"].get("traceback", 0) == 0 and out["outcomes"].get("hang", 0) == 0, out["failures"]
+    assert out["outcomes"]["input_error"] > 0 and out["outcomes"]["answer"] > 0  # both kinds of case ran
+
+
+def test_fuzzed_valid_rounds_break_no_capacity_and_solve():
+    out = run_valid(60, seed=1)
+    assert out["violations"] == 0 and out["exceptions"] == 0
+    assert set(out["statuses"]) <= {"optimal", "time_limit"} and out["statuses"]["optimal"] >= 55
+
+
+def test_the_independent_checker_catches_a_shared_gpu():
+    rng = np.random.default_rng(3)
+    while True:
+        ri = valid_round(rng)
+        result = solve_round(ri)
+        running = [a for a in result.allocations if a.gpus]
+        if len(running) >= 2:
+            break
+    assert capacity_violations(ri, result.allocations) == []
+    broken = [replace(running[0], gpus=running[1].gpus), *running[1:]]
+    assert capacity_violations(ri, broken + [a for a in result.allocations if not a.gpus])
+
+
+@pytest.mark.slow
+def test_thousands_of_mutated_rounds_end_in_an_answer_or_an_input_error():
+    out = run_mutated(5000, seed=2)
+    assert out["outcomes"].get("traceback", 0) == 0 and out["outcomes"].get("hang", 0) == 0, out["failures"]
