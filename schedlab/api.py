@@ -50,25 +50,33 @@ def solve_round(round_input: RoundInput | Mapping[str, Any], *, solver: str | No
     arguments override the input's settings. A round split into parts (settings.partitions,
     schedlab.partition) solves them on `executor` (e.g. Dask's client.get_executor()), else on
     local processes. Raises InputError for bad input; otherwise always returns a verified
-    allocation.
+    allocation. settings.time_limit_s bounds the whole call, parsing and model building
+    included: the solver gets what is left of it (at least MIN_SOLVE_S).
     """
+    started_s = time.perf_counter()
     overrides = {k: v for k, v in {"solver": solver, "time_limit_s": time_limit_s, "mip_gap": mip_gap,
                                     "formulation": formulation, "partitions": partitions}.items() if v is not None}
     ri = _as_round_input(round_input, overrides)
     if (k := auto_partitions(ri)) > 1:
-        result = solve_partitioned(ri, k, _solve_validated, executor)
+        left_s = ri.settings.time_limit_s - (time.perf_counter() - started_s)
+        result = solve_partitioned(ri, k, _solve_validated, executor, left_s)
         verify(ri, result.allocations)
         return result
-    return _solve_validated(ri)
+    return _solve_validated(ri, started_s)
 
 
-def _solve_validated(ri: RoundInput) -> RoundResult:
+MIN_SOLVE_S = 0.01  # the solver's time when parsing and building spent the whole limit: its start, or the greedy
+
+
+def _solve_validated(ri: RoundInput, started_s: float | None = None) -> RoundResult:
     s = ri.settings
     t0 = time.perf_counter()
+    started_s = t0 if started_s is None else started_s
     model = FORMULATIONS[s.formulation](ri)
     options_s = time.perf_counter() - t0
+    left_s = max(s.time_limit_s - (time.perf_counter() - started_s), MIN_SOLVE_S)
     try:
-        outcome, build_s = get_solver(s.solver)(model, s)
+        outcome, build_s = get_solver(s.solver)(model, replace(s, time_limit_s=left_s))
     except SchedlabError:
         raise
     except Exception as exc:  # a crashing solver must not take the caller down

@@ -90,12 +90,24 @@ def _sub_topology(topology: Topology | None, nodes) -> Topology | None:
     return replace(topology, racks=tuple(r for r in racks if r.nodes))
 
 
+# Of the time left, the share a part's solve gets per wave of parts: the rest pays for starting
+# the processes, pickling the parts and merging (measured: ~15 % at 65,536 GPUs on 2 cores).
+PART_SHARE = 0.7
+
+
 def solve_partitioned(round_input: RoundInput, k: int, solve: Callable[[RoundInput], RoundResult],
-                      executor: Executor | None = None) -> RoundResult:
-    """Solve the k parts with `solve` (in parallel on `executor`, else local processes) and merge."""
+                      executor: Executor | None = None, left_s: float | None = None) -> RoundResult:
+    """Solve the k parts with `solve` (in parallel on `executor`, else local processes) and merge.
+    With `left_s`, the seconds left of the round's limit, each part's limit is its share of them
+    (parts beyond the local processes run in later waves)."""
     parts = split_round(round_input, k)
+    workers = min(len(parts), os.cpu_count() or 1) if executor is None else len(parts)
+    if left_s is not None:
+        waves = math.ceil(len(parts) / workers)
+        limit_s = max(PART_SHARE * left_s / waves, 1e-2)
+        parts = [replace(p, settings=replace(p.settings, time_limit_s=limit_s)) for p in parts]
     if executor is None:
-        with ProcessPoolExecutor(max_workers=min(len(parts), os.cpu_count() or 1)) as pool:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
             results = list(pool.map(solve, parts))
     else:
         results = list(executor.map(solve, parts))

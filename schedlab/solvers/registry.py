@@ -40,7 +40,8 @@ class ArraySolver:
         arrays = model.arrays()
         build_s = time.perf_counter() - t0
         extra = {name: getattr(s, name) for name in self.extra}
-        return self.solve(arrays, s.time_limit_s, s.mip_gap, s.seed, **extra), build_s
+        left_s = max(s.time_limit_s - build_s, 1e-3)  # the limit covers building the arrays too
+        return self.solve(arrays, left_s, s.mip_gap, s.seed, **extra), build_s
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class PyomoSolver:
         pm = model.pyomo()
         set_start(pm, model.start())
         build_s = time.perf_counter() - t0
-        return self.solve(pm, s.time_limit_s, s.mip_gap, warm_start=True), build_s
+        return self.solve(pm, max(s.time_limit_s - build_s, 1e-3), s.mip_gap, warm_start=True), build_s
 
 
 SOLVERS: dict[str, Callable[[Any, Settings], tuple[SolveOutcome, float]]] = {
