@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from brute_force import best_objective, feasible_choices
 from conftest import tiny_round
 from schedlab import solve_round
 from schedlab.bench import random_round
@@ -47,7 +50,21 @@ rounds = st.builds(
 def test_solved_rounds_are_always_valid(args):
     rng, gpus, jobs, p, gpn = args
     ri = random_round(rng, max(gpus, gpn), jobs, gpus_per_node=gpn, settings=Settings(p=p))
-    _assert_valid(ri, solve_round(ri).allocations)
+    result = solve_round(ri)
+    assert result.status == "optimal", result.message  # a fallback would be valid, and wrong here
+    _assert_valid(ri, result.allocations)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([1.0, -1.0, -math.inf]))
+def test_solve_round_reaches_the_brute_force_optimum(seed, p):
+    ri = tiny_round(np.random.default_rng(seed), p=p, max_jobs=4, max_nodes=3)
+    opts = enumerate_options(ri, prune=False)
+    expected = best_objective(opts, feasible_choices(enumerate_options(replace(ri, settings=Settings(p=1.0)), prune=False)))
+    result = solve_round(ri)
+    assert result.status == "optimal", result.message
+    assert result.objective == pytest.approx(expected, abs=1e-6 * max(1.0, abs(expected)))
+    _assert_valid(ri, result.allocations)
 
 
 @settings(max_examples=80, deadline=None)
