@@ -182,3 +182,25 @@ def test_a_damaged_cell_is_reported_and_run_again(tmp_path, uninterrupted, damag
     assert len(records) == 12 and failed == [] and CellStore(out).corrupt() == []
     assert results(out) == results(uninterrupted)
     assert report(out) == report(uninterrupted)
+
+
+def test_a_killed_sweep_leaves_no_worker_behind(tmp_path):
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "schedlab.cli", "sweep", str(config), "--out", str(out), "--workers", "2", "--quiet"]
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not CellStore(out).done() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)  # the driver only: its pool and forkserver must follow
+    proc.wait()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    pytest.fail("sweep workers outlived the killed driver by 15 s")

@@ -15,6 +15,7 @@ import json
 import logging
 import multiprocessing
 import os
+import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -180,13 +181,28 @@ def run_sweep(sweep: Sweep, out: str | Path, engine: str = "local", workers: int
     return store.records(set(keys)), failed
 
 
+def _exit_with_driver(driver_pid: int, every_s: float = 0.5) -> None:
+    """A pool worker ends when the sweep that started it is gone (killed: no cleanup runs there),
+    instead of finishing its cell and idling for minutes."""
+    def watch() -> None:
+        while True:
+            time.sleep(every_s)
+            try:
+                os.kill(driver_pid, 0)
+            except ProcessLookupError:
+                os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-driver").start()
+
+
 def _local(cells: list[dict], workers: int, address: str | None) -> Iterator[dict]:
     if not cells:
         return
     # forkserver, not fork: a forked child inherits the parent's thread pools (OpenMP under
     # scikit-learn's k-means, solver threads) with their locks held, and hangs on its first use.
     context = multiprocessing.get_context("forkserver")
-    with ProcessPoolExecutor(max_workers=min(workers, len(cells)), mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=min(workers, len(cells)), mp_context=context,
+                             initializer=_exit_with_driver, initargs=(os.getpid(),)) as pool:
         for future in as_completed([pool.submit(execute, c) for c in cells]):
             yield future.result()
 
