@@ -111,10 +111,12 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from schedlab.sweep import load_sweep, run_sweep
+    from schedlab.sweep.run import Remote
 
     sweep = load_sweep(args.config)
     out = args.out or f"results/{sweep.name}"
-    records, failed = run_sweep(sweep, out, args.engine, args.workers, args.address, progress=not args.quiet)
+    remote = Remote(args.address, args.tls_ca_file, args.tls_cert, args.tls_key, args.insecure) if args.address else None
+    records, failed = run_sweep(sweep, out, args.engine, args.workers, remote, progress=not args.quiet)
     print(f"{len(records)}/{len(sweep.cells)} cells done in {out}/cells"
           + (f", {len(failed)} failed (tracebacks in {out}/cells/*.error.json)" if failed else ""))
     if args.report:
@@ -243,7 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("config", help="sweep config (TOML), e.g. experiments/configs/pollux_artifact.toml")
     sw.add_argument("--engine", choices=["local", "dask"], default="local",
                     help="local processes (default) or Dask distributed (pip install 'schedlab[dask]')")
-    sw.add_argument("--address", default=None, help="Dask scheduler address tcp://HOST:PORT (default: a LocalCluster)")
+    sw.add_argument("--address", default=None,
+                    help="Dask scheduler, tls://HOST:PORT (default: a LocalCluster); plain tcp:// only on loopback "
+                         "or with --insecure")
+    sw.add_argument("--tls-ca-file", default=None, help="with --address tls://: the CA that signed the scheduler")
+    sw.add_argument("--tls-cert", default=None, help="with --address tls://: this client's certificate")
+    sw.add_argument("--tls-key", default=None, help="with --address tls://: this client's private key")
+    sw.add_argument("--insecure", action="store_true",
+                    help="allow a remote tcp:// scheduler (its answerers run code here: trusted networks only)")
     sw.add_argument("--workers", type=int, default=None, help="processes or LocalCluster workers (default: CPU count)")
     sw.add_argument("--out", default=None, help="results folder (default: results/<sweep name>)")
     sw.add_argument("--report", action="store_true", help="then print the table and write the figures")

@@ -204,3 +204,26 @@ def test_a_killed_sweep_leaves_no_worker_behind(tmp_path):
         time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGKILL)
     pytest.fail("sweep workers outlived the killed driver by 15 s")
+
+
+def test_a_remote_dask_scheduler_needs_tls_or_an_explicit_insecure(tmp_path):
+    from schedlab.sweep.run import Remote
+
+    with pytest.raises(ConfigError, match="runs pickled tasks from whoever answers there; use tls://"):
+        Remote("tcp://10.0.0.5:8786").check()
+    for ok in (Remote("tls://10.0.0.5:8786"), Remote("tcp://127.0.0.1:8786"), Remote("tcp://10.0.0.5:8786", insecure=True)):
+        ok.check()
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY)
+    out = subprocess.run([sys.executable, "-m", "schedlab.cli", "sweep", str(config), "--out", str(tmp_path / "o"),
+                          "--engine", "dask", "--address", "tcp://10.0.0.5:8786", "--quiet"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--insecure" in out.stderr and not (tmp_path / "o" / "cells").exists()
+
+
+def test_tls_files_become_dask_security_that_requires_encryption():
+    pytest.importorskip("dask.distributed")
+    from schedlab.sweep.run import Remote
+
+    security = Remote("tls://10.0.0.5:8786", tls_ca_file="ca.pem", tls_cert="c.pem", tls_key="k.pem").security()
+    assert security.require_encryption and security.tls_ca_file == "ca.pem" and security.tls_client_key == "k.pem"

@@ -160,11 +160,45 @@ class CellStore:
         return [json.loads(p.read_text()) for p in sorted(self.dir.glob("*.error.json"))]
 
 
+@dataclasses.dataclass(frozen=True)
+class Remote:
+    """A Dask scheduler to run cells on. Its workers unpickle and run what the scheduler sends,
+    and over plain tcp:// anyone who can answer at the address can send it: so a remote
+    scheduler needs TLS (tls:// with these files, as Dask's Security takes them, or Dask's own
+    distributed.comm.tls config), or `insecure` said out loud. Loopback addresses are trusted."""
+
+    address: str
+    tls_ca_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    insecure: bool = False
+
+    def security(self):
+        from dask.distributed import Security
+
+        if self.tls_ca_file is None:
+            return None
+        return Security(tls_ca_file=self.tls_ca_file, tls_client_cert=self.tls_cert, tls_client_key=self.tls_key,
+                        require_encryption=True)
+
+    def check(self) -> None:
+        scheme, _, rest = self.address.partition("://")
+        host = rest.rsplit(":", 1)[0].strip("[]")
+        if scheme == "tls" or self.insecure or host in ("localhost", "127.0.0.1", "::1"):
+            return
+        raise ConfigError(f"--address {self.address}: a remote scheduler over {scheme or 'tcp'}:// runs pickled "
+                          "tasks from whoever answers there; use tls://HOST:PORT with --tls-ca-file, --tls-cert "
+                          "and --tls-key (or Dask's TLS config), or --insecure on a network you trust")
+
+
 def run_sweep(sweep: Sweep, out: str | Path, engine: str = "local", workers: int | None = None,
-              address: str | None = None, progress: bool = True) -> tuple[list[dict], list[dict]]:
+              address: str | Remote | None = None, progress: bool = True) -> tuple[list[dict], list[dict]]:
     """Run the cells not yet stored under `out`; return (records, errors) of this sweep's cells."""
     if engine not in ENGINES:
         raise ConfigError(f"engine {engine!r}: use one of {', '.join(ENGINES)}")
+    remote = Remote(address) if isinstance(address, str) else address
+    if remote is not None:
+        remote.check()
     store = CellStore(out)
     (Path(out) / "sweep.toml").write_text(sweep.text)
     keys = {cell_key(c): c for c in sweep.cells}
@@ -173,7 +207,7 @@ def run_sweep(sweep: Sweep, out: str | Path, engine: str = "local", workers: int
     runner = _local if engine == "local" else _dask
     failed: list[dict] = []
     with _Progress(len(keys), len(keys) - len(todo), min(workers, len(todo)), progress) as bar:
-        for record in runner(todo, workers, address):
+        for record in runner(todo, workers, remote):
             store.write(record)
             if "error" in record:
                 failed.append(record)
@@ -195,7 +229,7 @@ def _exit_with_driver(driver_pid: int, every_s: float = 0.5) -> None:
     threading.Thread(target=watch, daemon=True, name="exit-with-driver").start()
 
 
-def _local(cells: list[dict], workers: int, address: str | None) -> Iterator[dict]:
+def _local(cells: list[dict], workers: int, remote: Remote | None) -> Iterator[dict]:
     if not cells:
         return
     # forkserver, not fork: a forked child inherits the parent's thread pools (OpenMP under
@@ -207,7 +241,7 @@ def _local(cells: list[dict], workers: int, address: str | None) -> Iterator[dic
             yield future.result()
 
 
-def _dask(cells: list[dict], workers: int, address: str | None) -> Iterator[dict]:
+def _dask(cells: list[dict], workers: int, remote: Remote | None) -> Iterator[dict]:
     try:
         from dask.distributed import Client, LocalCluster
         from dask.distributed import as_completed as dask_completed
@@ -215,9 +249,9 @@ def _dask(cells: list[dict], workers: int, address: str | None) -> Iterator[dict
         raise ConfigError("engine dask needs Dask distributed: pip install 'schedlab[dask]'") from exc
     if not cells:
         return
-    cluster = None if address else LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                                dashboard_address=None, silence_logs=logging.ERROR)
-    client = Client(address or cluster)
+    cluster = None if remote else LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                               dashboard_address=None, silence_logs=logging.ERROR)
+    client = Client(remote.address, security=remote.security()) if remote else Client(cluster)
     try:
         futures = client.map(execute, cells, key=[f"cell-{cell_key(c)}" for c in cells], pure=False)
         for future in dask_completed(futures):
