@@ -177,3 +177,26 @@ def test_the_independent_checker_catches_a_shared_gpu():
 def test_thousands_of_mutated_rounds_end_in_an_answer_or_an_input_error():
     out = run_mutated(5000, seed=2)
     assert out["outcomes"].get("traceback", 0) == 0 and out["outcomes"].get("hang", 0) == 0, out["failures"]
+
+
+@pytest.mark.parametrize("entry", ["api", "override", "cli"])
+def test_a_solver_named_by_path_runs_nothing(tmp_path, entry):
+    marker = tmp_path / "ran"
+    script = tmp_path / "solver.sh"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    script.chmod(0o755)
+    raw = _example()
+    if entry == "api":
+        raw["settings"]["solver"] = str(script)
+        with pytest.raises(InputError, match="settings.solver: unknown solver"):
+            solve_round(raw)
+    elif entry == "override":
+        with pytest.raises(InputError, match="settings.solver: unknown solver"):
+            solve_round(raw, solver=str(script))
+    else:
+        path = tmp_path / "round.json"
+        path.write_text(json.dumps(raw))
+        out = subprocess.run([sys.executable, "-m", "schedlab.cli", "solve", str(path), "--solver", str(script)],
+                             capture_output=True, text=True)
+        assert out.returncode == 2 and "unknown solver" in out.stderr
+    assert not marker.exists()
