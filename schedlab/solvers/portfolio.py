@@ -72,6 +72,8 @@ def best_of(outcomes: tuple[SolveOutcome, ...], mip_gap: float) -> SolveOutcome:
     best = max(found, key=lambda o: o.objective)
     bound = min((o.bound for o in found if not math.isnan(o.bound)), default=math.inf)
     gap = (bound - best.objective) / max(abs(best.objective), 1e-9)
-    proven = best.status == OPTIMAL or gap <= mip_gap
+    # one solver's proof covers the best point too (it is at least as good); at mip_gap 0 the two
+    # solvers' tolerances can leave the bounds a hair apart, which is no reason to call it unproven
+    proven = any(o.status == OPTIMAL for o in found) or gap <= mip_gap
     return replace(best, status=OPTIMAL if proven else TIME_LIMIT, bound=bound,
                    message="; ".join(o.message for o in outcomes))
