@@ -51,15 +51,22 @@ def test_config_expands_to_the_full_grid_with_stable_keys():
     assert [cell_key(c) for c in parse_sweep(TINY).cells] == [cell_key(c) for c in sweep.cells]
 
 
-def test_a_killed_sweep_resumes_to_exactly_the_uninterrupted_results(tmp_path, uninterrupted):
+def _sweep_until(tmp_path: Path, workers: int, cells: int) -> tuple[subprocess.Popen, list[str], Path]:
+    """The tiny sweep started as its own session, once `cells` cells are stored (or 120 s)."""
     config = tmp_path / "tiny.toml"
     config.write_text(TINY)
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "schedlab.cli", "sweep", str(config), "--out", str(out), "--workers", "1", "--quiet"]
+    cmd = [sys.executable, "-m", "schedlab.cli", "sweep", str(config), "--out", str(out), "--workers", str(workers),
+           "--quiet"]
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while len(CellStore(out).done()) < 3 and time.monotonic() < deadline and proc.poll() is None:
+    while len(CellStore(out).done()) < cells and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.02)
+    return proc, cmd, out
+
+
+def test_a_killed_sweep_resumes_to_exactly_the_uninterrupted_results(tmp_path, uninterrupted):
+    proc, cmd, out = _sweep_until(tmp_path, workers=1, cells=3)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     partial = CellStore(out).done()
@@ -185,14 +192,7 @@ def test_a_damaged_cell_is_reported_and_run_again(tmp_path, uninterrupted, damag
 
 
 def test_a_killed_sweep_leaves_no_worker_behind(tmp_path):
-    config = tmp_path / "tiny.toml"
-    config.write_text(TINY)
-    out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "schedlab.cli", "sweep", str(config), "--out", str(out), "--workers", "2", "--quiet"]
-    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while not CellStore(out).done() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.02)
+    proc, _, _ = _sweep_until(tmp_path, workers=2, cells=1)
     os.kill(proc.pid, signal.SIGKILL)  # the driver only: its pool and forkserver must follow
     proc.wait()
     deadline = time.monotonic() + 15
