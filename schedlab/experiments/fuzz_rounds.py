@@ -30,6 +30,7 @@ from schedlab.errors import InputError
 from schedlab.io import load_json, round_input_to_dict
 from schedlab.state import GpuRef, JobAllocation, RoundInput, Settings
 
+PROGRESS_EVERY = 5000  # valid rounds between progress lines on stderr
 CASE_BOUND_S = 20.0  # a round with time_limit_s = 1 must answer well within this
 P_VALUES = (1.0, 0.0, -0.5, -1.0, float("-inf"))
 
@@ -83,7 +84,10 @@ def run_valid(count: int, seed: int = 0) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     statuses: Counter[str] = Counter()
     violations, exceptions, t0 = 0, 0, time.perf_counter()
-    for _ in range(count):
+    for done in range(count):
+        if done and done % PROGRESS_EVERY == 0:  # a long run that is cut short still says something
+            print(f"valid {done}: violations {violations}, exceptions {exceptions}, {dict(statuses)}, "
+                  f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         ri = valid_round(rng)
         try:
             result = solve_round(ri)
