@@ -21,6 +21,7 @@ worse than the start, but not proven optimal: status time_limit.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -47,19 +48,28 @@ def regret(pi: PlacementInput, placement: Mapping[str, tuple[str, ...]]) -> np.n
     return np.array([job.weight * (best[job.app_class] - job_speed(pi, job, placement[job.id])) for job in pi.jobs])
 
 
-def window_nodes(pi: PlacementInput, placement: Mapping[str, tuple[str, ...]], seed_job: int,
-                 window_gpus: int = WINDOW_GPUS) -> list[str]:
-    """The seed job's nodes, then the nodes fastest for its class, up to window_gpus GPUs."""
-    job = pi.jobs[seed_job]
+def nodes_by_speed(pi: PlacementInput) -> dict[str, list[str]]:
+    """Per application class in play: the nodes, fastest for it (lowest mean slowdown) first."""
     per_node = pi.by_node(g.id for g in pi.gpus)
-    mean_slowdown = {n: np.mean([pi.gpu_index[g].slowdown[job.app_class] for g in gs]) for n, gs in per_node.items()}
+    mean = {c: {n: np.mean([pi.gpu_index[g].slowdown[c] for g in gs]) for n, gs in per_node.items()}
+            for c in {j.app_class for j in pi.jobs}}
+    return {c: sorted(per_node, key=lambda n: (m[n], n)) for c, m in mean.items()}
+
+
+def window_nodes(pi: PlacementInput, placement: Mapping[str, tuple[str, ...]], seed_job: int,
+                 window_gpus: int = WINDOW_GPUS, ranked: Mapping[str, list[str]] | None = None) -> list[str]:
+    """The seed job's nodes, then the nodes fastest for its class (`ranked`, nodes_by_speed's,
+    computed if not given), up to window_gpus GPUs."""
+    job = pi.jobs[seed_job]
+    ranked = ranked if ranked is not None else nodes_by_speed(pi)
+    per_node = Counter(g.node for g in pi.gpus)
     own = list(dict.fromkeys(pi.node_of(g) for g in placement[job.id]))
-    chosen, size = own, sum(len(per_node[n]) for n in own)
-    for n in sorted((n for n in per_node if n not in own), key=lambda n: (mean_slowdown[n], n)):
+    chosen, size = own, sum(per_node[n] for n in own)
+    for n in (n for n in ranked[job.app_class] if n not in own):
         if size >= window_gpus:
             break
         chosen.append(n)
-        size += len(per_node[n])
+        size += per_node[n]
     return chosen
 
 
@@ -82,6 +92,7 @@ def search_windows(pi: PlacementInput, start: Mapping[str, tuple[str, ...]], tim
     t0 = time.perf_counter()
     placement = {job.id: tuple(sorted(start[job.id])) for job in pi.jobs}
     tried: set[int] = set()
+    ranked = nodes_by_speed(pi)  # fixed for the whole search: slowdowns do not change
     windows = improved = 0
     while (left_s := time_limit_s - (time.perf_counter() - t0)) > MIN_WINDOW_S:
         gains = regret(pi, placement)
@@ -90,7 +101,7 @@ def search_windows(pi: PlacementInput, start: Mapping[str, tuple[str, ...]], tim
             break
         seed_job = int(order[0])
         tried.add(seed_job)
-        sub = sub_input(pi, placement, window_nodes(pi, placement, seed_job, window_gpus))
+        sub = sub_input(pi, placement, window_nodes(pi, placement, seed_job, window_gpus, ranked))
         sub_start = {job.id: placement[job.id] for job in sub.jobs}
         found = solve(sub, left_s, sub_start)
         windows += 1

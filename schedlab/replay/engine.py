@@ -384,8 +384,7 @@ def check_out_dir(out_dir: str | Path) -> Path:
 
 def write_outputs(result: ReplayResult, out_dir: str | Path) -> None:
     """jobs.csv, rounds.csv and summary.json in `out_dir` (created if needed)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_out_dir(out_dir)
     spreadsheet_safe(result.jobs).to_csv(out / "jobs.csv", index=False)
     spreadsheet_safe(result.rounds).to_csv(out / "rounds.csv", index=False)
     (out / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n")

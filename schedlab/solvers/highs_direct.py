@@ -31,7 +31,7 @@ import highspy
 import numpy as np
 
 from schedlab.solvers.arrays import MilpArrays
-from schedlab.solvers.outcome import FAILED, OPTIMAL, TIME_LIMIT, SolveOutcome, StopSignal
+from schedlab.solvers.outcome import FAILED, OPTIMAL, TIME_LIMIT, SolveOutcome, StopSignal, best_of
 
 _ROWWISE, _MAXIMIZE = 2, -1
 
@@ -79,10 +79,7 @@ def solve_highs(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: in
     # (2,048 GPUs / 1,024 jobs); the better point still wins if the MIP runs out of time.
     outcome = _run(model, model.integer, max(left_s(), 1e-3), mip_gap, seed, stop=stop)
     if found is not None and found.values is not None and (outcome.values is None or found.objective > outcome.objective):
-        bound = min(found.bound, outcome.bound) if outcome.values is not None else found.bound
-        # the MIP's own proof (within mip_gap) covers the better neighbourhood point too
-        status = OPTIMAL if outcome.status == OPTIMAL else TIME_LIMIT
-        outcome = replace(found, status=status, bound=bound, message=f"{outcome.message}; {found.message}")
+        outcome = best_of((outcome, found), mip_gap)  # the MIP's proof covers the better neighbourhood point
     return replace(outcome, solve_s=time.perf_counter() - t0)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -55,3 +55,18 @@ class StopSignal:
             self._stopped, hooks = True, list(self._hooks)
         for hook in hooks:
             hook()
+
+
+def best_of(outcomes: tuple[SolveOutcome, ...], mip_gap: float) -> SolveOutcome:
+    """The best point of several solves of one model, bounded by the tightest of their bounds."""
+    found = [o for o in outcomes if o.values is not None]
+    if not found:
+        return outcomes[-1]
+    best = max(found, key=lambda o: o.objective)
+    bound = min((o.bound for o in found if not math.isnan(o.bound)), default=math.inf)
+    gap = (bound - best.objective) / max(abs(best.objective), 1e-9)
+    # one solver's proof covers the best point too (it is at least as good); at mip_gap 0 the two
+    # solvers' tolerances can leave the bounds a hair apart, which is no reason to call it unproven
+    proven = any(o.status == OPTIMAL for o in found) or gap <= mip_gap
+    return replace(best, status=OPTIMAL if proven else TIME_LIMIT, bound=bound,
+                   message="; ".join(o.message for o in outcomes))

@@ -20,7 +20,6 @@ solver proved it or it is within mip_gap of that bound. A race costs two cores' 
 
 from __future__ import annotations
 
-import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -28,7 +27,8 @@ from dataclasses import replace
 from schedlab.solvers.arrays import MilpArrays
 from schedlab.solvers.cpsat import solve_cpsat
 from schedlab.solvers.highs_direct import lp_first_search, solve_highs, start_outcome
-from schedlab.solvers.outcome import OPTIMAL, TIME_LIMIT, SolveOutcome, StopSignal
+from schedlab.solvers.outcome import OPTIMAL, SolveOutcome, StopSignal, best_of
+
 
 def solve_portfolio(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: int = 0,
                     lp_first: bool = True) -> SolveOutcome:
@@ -62,18 +62,3 @@ def solve_portfolio(model: MilpArrays, time_limit_s: float, mip_gap: float, seed
 
 def _named(solver: str, outcome: SolveOutcome) -> SolveOutcome:
     return replace(outcome, message=f"{solver}: {outcome.message}")
-
-
-def best_of(outcomes: tuple[SolveOutcome, ...], mip_gap: float) -> SolveOutcome:
-    """The best point of several solves of one model, bounded by the tightest of their bounds."""
-    found = [o for o in outcomes if o.values is not None]
-    if not found:
-        return outcomes[-1]
-    best = max(found, key=lambda o: o.objective)
-    bound = min((o.bound for o in found if not math.isnan(o.bound)), default=math.inf)
-    gap = (bound - best.objective) / max(abs(best.objective), 1e-9)
-    # one solver's proof covers the best point too (it is at least as good); at mip_gap 0 the two
-    # solvers' tolerances can leave the bounds a hair apart, which is no reason to call it unproven
-    proven = any(o.status == OPTIMAL for o in found) or gap <= mip_gap
-    return replace(best, status=OPTIMAL if proven else TIME_LIMIT, bound=bound,
-                   message="; ".join(o.message for o in outcomes))

@@ -1,8 +1,8 @@
 """Solvers, one registry: a name -> how to solve any formulation's RoundModel.
 
-    highs        the model's arrays straight into highspy (the default, fastest)
+    highs        the model's arrays straight into highspy, LP first
     cpsat        the same arrays in OR-Tools CP-SAT (integer-scaled objective)
-    portfolio    highs for a short share of the limit, then cpsat on what it did not prove
+    portfolio    highs's LP-first search, then highs's full MIP and cpsat raced (the default)
     appsi_highs  the Pyomo model through Pyomo's APPSI HiGHS interface (the readable reference)
     cbc, glpk, scip, gurobi, cplex
                  the Pyomo model through Pyomo's SolverFactory, where installed
