@@ -76,7 +76,7 @@ def _solve_validated(ri: RoundInput, started_s: float | None = None) -> RoundRes
     options_s = time.perf_counter() - t0
     left_s = max(s.time_limit_s - (time.perf_counter() - started_s), MIN_SOLVE_S)
     try:
-        outcome, build_s = get_solver(s.solver)(model, replace(s, time_limit_s=left_s))
+        outcome, build_s = model.solve(get_solver(s.solver), replace(s, time_limit_s=left_s))
     except SchedlabError:
         raise
     except Exception as exc:  # a crashing solver must not take the caller down

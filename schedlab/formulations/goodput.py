@@ -52,6 +52,7 @@ import numpy as np
 import pyomo.environ as pyo
 import scipy.sparse as sp
 
+from schedlab.formulations.base import OneModel
 from schedlab.formulations.freezing import enumerate_freeze_options, has_freezing
 from schedlab.formulations.greedy import greedy_choice
 from schedlab.formulations.options import OptionSet, enumerate_options, job_allocations
@@ -277,7 +278,7 @@ def decode(opts: OptionSet, chosen: np.ndarray) -> tuple[JobAllocation, ...]:
 
 
 @dataclass(frozen=True)
-class GoodputModel:
+class GoodputModel(OneModel):
     """The round model above over an OptionSet (formulations.base.RoundModel)."""
 
     opts: OptionSet

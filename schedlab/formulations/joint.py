@@ -81,6 +81,7 @@ import numpy as np
 import pyomo.environ as pyo
 import scipy.sparse as sp
 
+from schedlab.formulations.base import OneModel
 from schedlab.formulations.freezing import fold_freeze_levels, has_freezing
 from schedlab.formulations.goodput import max_min_upper, max_min_weight, min_job_speedup, objective_value
 from schedlab.formulations.options import (chain_levels, fair_shape, field_values, job_allocations, multi_node_counts,
@@ -801,7 +802,7 @@ def _fits(opts: JointOptions, c: int, free: dict[int, set[int]]) -> dict[int, se
 
 
 @dataclass(frozen=True)
-class JointModel:
+class JointModel(OneModel):
     """The joint round (formulations.base.RoundModel)."""
 
     opts: JointOptions

@@ -72,10 +72,11 @@ import pyomo.environ as pyo
 import scipy.sparse as sp
 
 from schedlab.errors import InputError
+from schedlab.formulations.base import OneModel, Solver
 from schedlab.models.efficiency import split_fixed_batch
 from schedlab.solvers.arrays import MilpArrays
-from schedlab.solvers.outcome import FAILED, TIME_LIMIT
-from schedlab.state import GpuRef, JobAllocation, JobSpec, RoundInput
+from schedlab.solvers.outcome import FAILED, TIME_LIMIT, SolveOutcome
+from schedlab.state import GpuRef, JobAllocation, JobSpec, RoundInput, Settings
 
 Placement = dict[str, tuple[str, ...]]  # job id -> GPU ids
 
@@ -116,11 +117,11 @@ class PlacementInput:
                     raise InputError([f"placement: GPU {g} is current for both {holder[g]} and {j.id}; "
                                       "a GPU runs one job"])
                 holder[g] = j.id
-        for j in self.jobs:
-            missing = [g for g in self.gpus if j.app_class not in g.slowdown]
-            if missing:
-                raise InputError([f"placement: GPU {missing[0].id} has no slowdown for class {j.app_class!r} "
-                                  f"(job {j.id})"])
+        first_of_class = {j.app_class: j for j in reversed(self.jobs)}
+        for c, j in first_of_class.items():
+            missing = next((g for g in self.gpus if c not in g.slowdown), None)
+            if missing is not None:
+                raise InputError([f"placement: GPU {missing.id} has no slowdown for class {c!r} (job {j.id})"])
 
     def node_of(self, gpu: str) -> str:
         return self.gpu_index[gpu].node
@@ -166,36 +167,105 @@ def pm_take(pi: PlacementInput, job: PlacementJob, free: list[str]) -> list[str]
     return ranked[: job.num_gpus]
 
 
-def _sensitivity(pi: PlacementInput, app_class: str) -> float:
-    sfs = [g.slowdown[app_class] for g in pi.gpus]
-    return max(sfs) - min(sfs)
-
-
 def pal_greedy(pi: PlacementInput, rng: np.random.Generator) -> Placement:
     """PAL's greedy as published (Alg. 1): per class, entries (sf, within one node) costed sf and
     (sf, across nodes) costed sf x L, sorted by cost; jobs of the most variability-sensitive class
-    first take the cheapest entry that fits; PM-First when none does."""
-    free, out = [g.id for g in pi.gpus], {}
-    order = sorted(range(len(pi.jobs)), key=lambda j: (-_sensitivity(pi, pi.jobs[j].app_class), j))
+    first take the cheapest entry that fits.
+
+    The cheapest entries that fit are found directly rather than by walking the sorted entries:
+    within one node, the least level at which some node has G_j free GPUs (the smallest G_j-th
+    slowdown over nodes); across nodes, the G_j-th smallest free slowdown. Ties go as in the entry
+    order: within before across, then the tightest node (fewest GPUs at or under the level), then
+    node and GPU ids. O(J x N) numpy work, so a 65,536-GPU round takes seconds, not hours."""
+    state = _GreedyState.of(pi)
+    sensitivity = {c: float(np.ptp(sf)) for c, sf in state.sf.items()}
+    order = sorted(range(len(pi.jobs)), key=lambda j: (-sensitivity[pi.jobs[j].app_class], j))
+    out = {}
     for j in order:
         job = pi.jobs[j]
-        levels = sorted({_sf(pi, job, g) for g in free})
-        entries = sorted([(sf, False, sf) for sf in levels] + [(sf * pi.across_node, True, sf) for sf in levels])
-        chosen = None
-        for _, across, sf in entries:
-            ok = [g for g in free if _sf(pi, job, g) <= sf + 1e-12]
-            if across and len(ok) >= job.num_gpus:
-                chosen = sorted(ok, key=lambda g: (_sf(pi, job, g), pi.node_of(g), g))[: job.num_gpus]
-            elif not across:
-                nodes = [gs for gs in pi.by_node(ok).values() if len(gs) >= job.num_gpus]
-                if nodes:  # the tightest node: fewest spare GPUs left behind
-                    best = min(nodes, key=lambda gs: (len(gs), pi.node_of(gs[0])))
-                    chosen = sorted(best, key=lambda g: (_sf(pi, job, g), g))[: job.num_gpus]
-            if chosen:
-                break
-        out[job.id] = tuple(chosen or pm_take(pi, job, free))
-        free = [g for g in free if g not in out[job.id]]
+        out[job.id] = tuple(pi.gpus[g].id for g in state.take(job.app_class, job.num_gpus, pi.across_node))
     return {job.id: out[job.id] for job in pi.jobs}
+
+
+@dataclass
+class _GreedyState:
+    """The free GPUs, per class: rows[c][n] the slowdowns of node n's free GPUs ascending (by
+    slowdown, then GPU id; padded with inf) and gpu_rows[c][n] their GPU indices (-1 padding);
+    across[c] every GPU in (slowdown, node id, GPU id) order."""
+
+    sf: dict[str, np.ndarray]
+    rows: dict[str, np.ndarray]
+    gpu_rows: dict[str, np.ndarray]
+    across: dict[str, np.ndarray]
+    first_free: dict[str, int]  # across[c][:first_free[c]] are all taken
+    node_of: np.ndarray  # GPU index -> node index (nodes in id order)
+    free: np.ndarray
+
+    @classmethod
+    def of(cls, pi: PlacementInput) -> _GreedyState:
+        classes = sorted({j.app_class for j in pi.jobs})
+        gpu_rank = np.argsort(np.argsort([g.id for g in pi.gpus], kind="stable"), kind="stable")
+        node_ids = sorted({g.node for g in pi.gpus})
+        node_of = np.searchsorted(node_ids, [g.node for g in pi.gpus])
+        per_node = np.bincount(node_of, minlength=len(node_ids)) if pi.gpus else np.zeros(0, int)
+        width = int(per_node.max(initial=0))
+        sf = {c: np.array([g.slowdown[c] for g in pi.gpus], dtype=float) for c in classes}
+        rows, gpu_rows, across = {}, {}, {}
+        for c in classes:
+            by_node = np.lexsort((gpu_rank, sf[c], node_of))  # node, then slowdown, then GPU id
+            slot = np.arange(len(pi.gpus)) - np.repeat(np.cumsum(per_node) - per_node, per_node)
+            rows[c] = np.full((len(node_ids), width), np.inf)
+            gpu_rows[c] = np.full((len(node_ids), width), -1)
+            rows[c][node_of[by_node], slot] = sf[c][by_node]
+            gpu_rows[c][node_of[by_node], slot] = by_node
+            across[c] = np.lexsort((gpu_rank, node_of, sf[c]))
+        return cls(sf, rows, gpu_rows, across, dict.fromkeys(classes, 0), node_of, np.ones(len(pi.gpus), bool))
+
+    def take(self, app_class: str, need: int, across_factor: float) -> np.ndarray:
+        """The GPUs PAL's entry order gives a job of `need` GPUs, marked taken."""
+        rows, gpu_rows = self.rows[app_class], self.gpu_rows[app_class]
+        spread = self._across(app_class, need)
+        level = np.inf
+        if need <= rows.shape[1] and len(rows):
+            col = rows[:, need - 1]
+            level = col.min()
+        if level <= self.sf[app_class][spread[-1]] * across_factor:
+            fits = col == level  # the nodes that fit at the level; the tightest holds the fewest GPUs at or under it
+            tight = int(np.argmax(fits))  # the first node on ties, and where every fitting node is full
+            for count in range(need, rows.shape[1]):  # nodes with just `count` GPUs at or under the level
+                tighter = fits & (rows[:, count] > level)
+                if tighter.any():
+                    tight = int(np.argmax(tighter))
+                    break
+            chosen = gpu_rows[tight, :need].copy()  # a copy: _remove rewrites the row
+        else:
+            chosen = spread
+        self._remove(chosen)
+        return chosen
+
+    def _across(self, app_class: str, need: int) -> np.ndarray:
+        order, start = self.across[app_class], self.first_free[app_class]
+        while not self.free[order[start]]:  # past the taken prefix, once per GPU in all
+            start += 1
+        self.first_free[app_class] = start
+        found: list[int] = []
+        while len(found) < need:  # in chunks: the free GPUs are mostly near the front
+            chunk = order[start:start + 4 * need + 64]
+            found.extend(chunk[self.free[chunk]][: need - len(found)])
+            start += len(chunk)
+        return np.array(found)
+
+    def _remove(self, gpus: np.ndarray) -> None:
+        self.free[gpus] = False
+        for n in np.unique(self.node_of[gpus]):
+            for c in self.rows:
+                row = self.gpu_rows[c][n]
+                keep = (row >= 0) & self.free[row]
+                kept = int(keep.sum())
+                self.rows[c][n, :kept] = self.rows[c][n, keep]
+                self.gpu_rows[c][n, :kept] = row[keep]
+                self.rows[c][n, kept:] = np.inf
+                self.gpu_rows[c][n, kept:] = -1
 
 
 @dataclass(frozen=True)
@@ -453,46 +523,65 @@ class PlacementResult:
 EXACT_MAX_GPUS = 128  # larger placements are solved a window at a time (placement_windows)
 
 
+@dataclass(frozen=True)
+class PlacementMilp:
+    """The exact model of a PlacementInput as the registry's solvers take it (formulations.base.
+    MilpModel), warm-started from a placement: a whole round's, or one window's."""
+
+    pi: PlacementInput
+    model: PlacementModel
+    start_placement: Mapping[str, tuple[str, ...]]
+
+    def arrays(self) -> MilpArrays:
+        return replace(self.model.arrays, start=self.start())
+
+    def pyomo(self) -> pyo.ConcreteModel:
+        return build_pyomo(self.pi)
+
+    def start(self) -> np.ndarray:
+        return point(self.pi, self.model, self.start_placement)
+
+
 def solve_placement(pi: PlacementInput, solver: str = "highs", time_limit_s: float = 10.0,
                     mip_gap: float = 1e-6, start: Mapping[str, tuple[str, ...]] | None = None) -> PlacementResult:
-    """The exact placement (an array solver of the registry: highs, cpsat or portfolio),
-    warm-started from `start` (a placement, e.g. PAL's greedy) if given: under a time limit the
-    answer is then never worse than the start. Above EXACT_MAX_GPUS GPUs the model is solved one
-    window of nodes at a time around the start (PAL's greedy if none given): placement_windows."""
+    """The exact placement by a solver of the registry, warm-started from `start` (a placement;
+    PAL's greedy if none given), so under a time limit the answer is never worse than the start.
+    Above EXACT_MAX_GPUS GPUs the model is solved one window of nodes at a time around the
+    start: placement_windows."""
+    from schedlab.solvers.registry import solver as registry_solver
+
     if not pi.jobs:
         return PlacementResult({}, 0.0, "optimal", 0.0, 0.0)
-    if len(pi.gpus) <= EXACT_MAX_GPUS:
-        return _solve_exact(pi, solver, time_limit_s, mip_gap, start)
-    from schedlab.formulations.placement_windows import search_windows
-
-    t0 = time.perf_counter()
+    entry = registry_solver(solver)
     start = start if start is not None else pal_greedy(pi, np.random.default_rng(0))
-    found = search_windows(pi, start, time_limit_s, lambda sub, left_s, sub_start: _solve_exact(
-        sub, solver, left_s, mip_gap, sub_start).placement)
-    return PlacementResult(found.placement, placement_objective(pi, found.placement), TIME_LIMIT, 0.0,
-                           time.perf_counter() - t0)
+    if len(pi.gpus) <= EXACT_MAX_GPUS:
+        return solve_exact(pi, entry, Settings(time_limit_s=time_limit_s, mip_gap=mip_gap), start)
+    from schedlab.formulations.placement_windows import search_windows, status
+
+    t0 = time.perf_counter()
+    found = search_windows(pi, start, time_limit_s, lambda sub, left_s, sub_start: solve_exact(
+        sub, entry, Settings(time_limit_s=left_s, mip_gap=mip_gap), sub_start).placement)
+    objective = placement_objective(pi, found.placement)
+    return PlacementResult(found.placement, objective, status(pi, objective, mip_gap), 0.0, time.perf_counter() - t0)
 
 
-def _solve_exact(pi: PlacementInput, solver: str, time_limit_s: float, mip_gap: float,
-                 start: Mapping[str, tuple[str, ...]] | None) -> PlacementResult:
-    from schedlab.solvers.registry import array_solver
-
+def solve_exact(pi: PlacementInput, solver: Solver, settings: Settings,
+                start: Mapping[str, tuple[str, ...]]) -> PlacementResult:
+    """The exact model of `pi` solved whole by a registry entry within settings.time_limit_s
+    (building it included), warm-started from `start`; the start when the solver has no point."""
     if not pi.jobs:
         return PlacementResult({}, 0.0, "optimal", 0.0, 0.0)
     t0 = time.perf_counter()
-    model = build(pi)
-    if start is not None:
-        model = replace(model, arrays=replace(model.arrays, start=point(pi, model, start)))
+    milp = PlacementMilp(pi, build(pi), start)
     build_s = time.perf_counter() - t0
-    outcome = array_solver(solver)(model.arrays, max(time_limit_s - build_s, 1e-3), mip_gap)
+    outcome, solver_build_s = solver(milp, replace(settings, time_limit_s=max(settings.time_limit_s - build_s, 1e-3)))
+    build_s += solver_build_s
     if outcome.status == FAILED:
-        if start is None:
-            raise RuntimeError(f"placement: {solver} found no placement ({outcome.message})")
         # Out of time before a first point (CP-SAT can be, even with the start as its hint): the
         # start is a valid placement, so it is the answer, flagged as unproven.
         placement = {job.id: tuple(sorted(start[job.id])) for job in pi.jobs}
         return PlacementResult(placement, placement_objective(pi, placement), TIME_LIMIT, build_s, outcome.solve_s)
-    placement = decode(pi, model, outcome.values)
+    placement = decode(pi, model=milp.model, values=outcome.values)
     return PlacementResult(placement, placement_objective(pi, placement), outcome.status, build_s, outcome.solve_s)
 
 
@@ -581,40 +670,91 @@ def placement_view(ri: RoundInput) -> PlacementView:
 
 
 @dataclass(frozen=True)
-class PlacementRoundModel:
-    """The placement model of a round (formulations.base.RoundModel); `greedy` is PAL's greedy
-    placement, its warm start and its fallback."""
+class PlacementRoundModel(OneModel):
+    """The placement model of a round up to EXACT_MAX_GPUS GPUs (formulations.base.RoundModel), one
+    MILP warm-started from PAL's greedy placement, also its fallback."""
 
     view: PlacementView
-    model: PlacementModel
-    greedy: Mapping[str, tuple[str, ...]]
+    milp: PlacementMilp
 
     @property
     def round_input(self) -> RoundInput:
         return self.view.round_input
 
     def arrays(self) -> MilpArrays:
-        return replace(self.model.arrays, start=self.start())
+        return self.milp.arrays()
 
     def pyomo(self) -> pyo.ConcreteModel:
-        return build_pyomo(self.view.pi)
+        return self.milp.pyomo()
 
     def start(self) -> np.ndarray:
-        return point(self.view.pi, self.model, self.greedy)
+        return self.milp.start()
 
     def decode(self, values: np.ndarray) -> tuple[JobAllocation, ...]:
-        return self.view.allocations(decode(self.view.pi, self.model, values))
+        return self.view.allocations(decode(self.view.pi, self.milp.model, values))
 
     def objective(self, values: np.ndarray) -> float:
         """The objective of the placement the point decodes to (every job's speed)."""
-        return placement_objective(self.view.pi, decode(self.view.pi, self.model, values))
+        return placement_objective(self.view.pi, decode(self.view.pi, self.milp.model, values))
 
     def fallback(self) -> np.ndarray:
         return self.start()
 
 
-def placement_model(round_input: RoundInput) -> PlacementRoundModel:
-    """PAL's exact placement of every job of the round on its gang_size GPUs (module docstring)."""
+@dataclass(frozen=True)
+class WindowedPlacementModel:
+    """The placement of a round above EXACT_MAX_GPUS GPUs (formulations.base.RoundModel): the
+    exact model a window at a time around PAL's greedy placement (placement_windows), each
+    window solved by the round's solver. A point is the holder of every GPU of `view.pi.gpus`,
+    in that order (the index of its job + 1; 0 for a free GPU)."""
+
+    view: PlacementView
+    greedy: Mapping[str, tuple[str, ...]]
+
+    @property
+    def round_input(self) -> RoundInput:
+        return self.view.round_input
+
+    def solve(self, solver: Solver, settings: Settings) -> tuple[SolveOutcome, float]:
+        from schedlab.formulations.placement_windows import search_windows, status, upper_bound
+
+        t0 = time.perf_counter()
+        found = search_windows(self.view.pi, self.greedy, settings.time_limit_s, lambda sub, left_s, sub_start:
+                               solve_exact(sub, solver, replace(settings, time_limit_s=left_s), sub_start).placement)
+        objective = placement_objective(self.view.pi, found.placement)
+        outcome = SolveOutcome(status(self.view.pi, objective, settings.mip_gap), self._point(found.placement), objective, upper_bound(self.view.pi),
+                               time.perf_counter() - t0, f"{found.windows} windows solved, {found.improved} improved")
+        return outcome, 0.0
+
+    def decode(self, values: np.ndarray) -> tuple[JobAllocation, ...]:
+        return self.view.allocations(self._placement(values))
+
+    def objective(self, values: np.ndarray) -> float:
+        return placement_objective(self.view.pi, self._placement(values))
+
+    def fallback(self) -> np.ndarray:
+        return self._point(self.greedy)
+
+    def _point(self, placement: Mapping[str, tuple[str, ...]]) -> np.ndarray:
+        index = {g.id: i for i, g in enumerate(self.view.pi.gpus)}
+        holder = np.zeros(len(index))
+        for j, job in enumerate(self.view.pi.jobs):
+            holder[[index[g] for g in placement[job.id]]] = j + 1
+        return holder
+
+    def _placement(self, values: np.ndarray) -> dict[str, tuple[str, ...]]:
+        holder = np.rint(values).astype(int)
+        gpus = np.array([g.id for g in self.view.pi.gpus], dtype=object)
+        order = np.argsort(holder, kind="stable")
+        cuts = np.searchsorted(holder[order], np.arange(1, len(self.view.pi.jobs) + 2))
+        return {job.id: tuple(sorted(gpus[order[cuts[j]:cuts[j + 1]]])) for j, job in enumerate(self.view.pi.jobs)}
+
+
+def placement_model(round_input: RoundInput) -> PlacementRoundModel | WindowedPlacementModel:
+    """PAL's exact placement of every job of the round on its gang_size GPUs (module docstring):
+    one MILP up to EXACT_MAX_GPUS GPUs, windows of it above."""
     view = placement_view(round_input)
     greedy = pal_greedy(view.pi, np.random.default_rng(round_input.settings.seed))
-    return PlacementRoundModel(view, build(view.pi), greedy)
+    if len(view.pi.gpus) > EXACT_MAX_GPUS:
+        return WindowedPlacementModel(view, greedy)
+    return PlacementRoundModel(view, PlacementMilp(view.pi, build(view.pi), greedy))

@@ -6,8 +6,9 @@ and nowhere near a first point in 10 s. Its objective is a sum over jobs, and a 
 depends only on its own GPUs, so a placement improves exactly as much as any subset of its jobs
 does when re-placed on the GPUs they hold. Large neighbourhood search (Shaw, CP'98) on that:
 
-  start      P := the start (PAL's greedy); regret_j = w_j (1 / min_g tau_jg - speed_j(P)),
-             what job j could still gain on the best GPU of the cluster for its class
+  start      P := the start (PAL's greedy); regret_j = w_j (best_j - speed_j(P)), what job j
+             could still gain: best_j is its speed on the best GPU of the cluster for its class,
+             on one node if one can hold it (`best_speed`)
   window     for the job j* of largest regret not yet tried: its own nodes, then the nodes
              fastest for its class (mean slowdown), until WINDOW_GPUS GPUs
   free       J_W = the jobs all of whose GPUs lie in the window; the GPUs offered are the
@@ -15,7 +16,8 @@ does when re-placed on the GPUs they hold. Large neighbourhood search (Shaw, CP'
   solve      the exact model (placement.build) of J_W on those GPUs, warm-started from P,
              within the time left; P takes its answer when it is better
 until the time limit (less MIN_WINDOW_S) or every job with regret > 0 was a window's seed. The answer is never
-worse than the start, but not proven optimal: status time_limit.
+worse than the start. Its bound is every job at best_j, unmoved (`upper_bound`): the answer is proven optimal only when it reaches that, as when
+the GPUs do not vary; otherwise its status is time_limit.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from schedlab.formulations.placement import PlacementInput, job_speed, placement_objective
+from schedlab.solvers.outcome import OPTIMAL, TIME_LIMIT
 
 # Many small windows beat few large ones: on three full 1,024-GPU rounds, 1 s of windows of 16
 # GPUs (~65 windows) gained 0.4-0.9 % over PAL's greedy, of 32 GPUs 0.4 %, of 64 GPUs 0-0.02 %.
@@ -42,10 +45,28 @@ class WindowSearch:
     improved: int  # of which improved the placement
 
 
-def regret(pi: PlacementInput, placement: Mapping[str, tuple[str, ...]]) -> np.ndarray:
-    """Per job: weight x (its speed on the cluster's best GPU for its class - its speed now)."""
-    best = {c: 1.0 / min(g.slowdown[c] for g in pi.gpus) for c in {j.app_class for j in pi.jobs}}
-    return np.array([job.weight * (best[job.app_class] - job_speed(pi, job, placement[job.id])) for job in pi.jobs])
+def upper_bound(pi: PlacementInput) -> float:
+    """sum_j w_j x best_speed_j: no placement does better."""
+    return float(sum(job.weight * best for job, best in zip(pi.jobs, best_speed(pi))))
+
+
+def status(pi: PlacementInput, objective: float, mip_gap: float) -> str:
+    """optimal when the objective is within mip_gap of upper_bound, else time_limit."""
+    return OPTIMAL if upper_bound(pi) - objective <= mip_gap * max(abs(objective), 1e-9) else TIME_LIMIT
+
+
+def best_speed(pi: PlacementInput) -> np.ndarray:
+    """Per job: its speed on the cluster's best GPU for its class, on one node where one can
+    hold it, else across nodes."""
+    fastest = {c: 1.0 / min(g.slowdown[c] for g in pi.gpus) for c in {j.app_class for j in pi.jobs}}
+    largest_node = max(Counter(g.node for g in pi.gpus).values(), default=0)
+    return np.array([fastest[j.app_class] / (pi.across_node if j.num_gpus > largest_node else 1.0) for j in pi.jobs])
+
+
+def regret(pi: PlacementInput, placement: Mapping[str, tuple[str, ...]], best: np.ndarray | None = None) -> np.ndarray:
+    """Per job: weight x (best_speed (given, or computed) - its speed now)."""
+    best = best_speed(pi) if best is None else best
+    return np.array([job.weight * (b - job_speed(pi, job, placement[job.id])) for job, b in zip(pi.jobs, best)])
 
 
 def nodes_by_speed(pi: PlacementInput) -> dict[str, list[str]]:
@@ -92,10 +113,10 @@ def search_windows(pi: PlacementInput, start: Mapping[str, tuple[str, ...]], tim
     t0 = time.perf_counter()
     placement = {job.id: tuple(sorted(start[job.id])) for job in pi.jobs}
     tried: set[int] = set()
-    ranked = nodes_by_speed(pi)  # fixed for the whole search: slowdowns do not change
+    ranked, best = nodes_by_speed(pi), best_speed(pi)  # fixed for the whole search: slowdowns do not change
     windows = improved = 0
     while (left_s := time_limit_s - (time.perf_counter() - t0)) > MIN_WINDOW_S:
-        gains = regret(pi, placement)
+        gains = regret(pi, placement, best)
         order = [j for j in np.argsort(-gains, kind="stable") if j not in tried]
         if not order or gains[order[0]] <= 1e-12:
             break
