@@ -47,22 +47,23 @@ _MAX_MIN = ("-inf", "max-min")
 _SCHEMA = json.loads((Path(__file__).parent / "schemas" / "round_input.schema.json").read_text())
 
 
-def _schema_keys(schema: Mapping) -> dict[str, frozenset[str]]:
-    """Each object's keys, read from the published schema: whatever it does not list, the parser
-    rejects, so the two cannot drift."""
+def _schema_objects(schema: Mapping) -> dict[str, Mapping]:
+    """Each kind of object of a round, its node in the published schema."""
     props, defs = schema["properties"], schema["$defs"]
     cluster, job, freezing = props["cluster"]["properties"], props["jobs"]["items"], defs["freezing"]
-    objects = {
+    return {
         "round": schema, "cluster": props["cluster"], "node": cluster["nodes"]["items"],
         "topology": cluster["topology"], "rack": cluster["topology"]["properties"]["racks"]["items"],
         "job": job, "grad_stats": job["properties"]["grad_stats"], "batch": job["properties"]["batch"],
         "settings": props["settings"], "freezing": freezing, "group": freezing["properties"]["groups"]["items"],
         "penalty": freezing["properties"]["penalty"], "gpu": defs["gpu"], "params": defs["params"],
     }
-    return {kind: frozenset(node["properties"]) for kind, node in objects.items()}
 
 
-SCHEMA_KEYS = _schema_keys(_SCHEMA)
+_OBJECTS = _schema_objects(_SCHEMA)
+# Each object's keys and each number's range are read from the published schema: whatever it
+# does not list, or lists out of range, the parser rejects, so the two cannot drift.
+SCHEMA_KEYS = {kind: frozenset(node["properties"]) for kind, node in _OBJECTS.items()}
 # The size of a round, from the schema too (maxItems, maximum, maxLength), and its GPUs in all:
 # the largest round measured (README, Benchmark: 65,536 GPUs, 32,768 jobs) is the limit, so that a
 # round's time limit holds (within ~2x) whatever its size.
@@ -73,7 +74,7 @@ MAX_ID_CHARS = _SCHEMA["properties"]["jobs"]["items"]["properties"]["id"]["maxLe
 MAX_GPUS = 65_536
 MAX_BSZ = _SCHEMA["properties"]["jobs"]["items"]["properties"]["fixed_bsz"]["maximum"]
 MAX_PARAM = _SCHEMA["$defs"]["params"]["properties"]["alpha_c"]["maximum"]
-MAX_GRAD_STAT = _SCHEMA["properties"]["jobs"]["items"]["properties"]["grad_stats"]["properties"]["sqr"]["maximum"]
+MAX_SLOWDOWN = _OBJECTS["node"]["properties"]["slowdown"]["additionalProperties"]["items"]["maximum"]
 _shown = reprlib.Repr()
 _shown.maxstring, _shown.maxother, _shown.maxlevel = 60, 60, 3
 
@@ -104,31 +105,39 @@ class _Checker:
                 self.bad(f"{where}.{key}", "is required")
             return default
         v = d[key]
+        at = key if where == "round" else f"{where}{key}" if key.startswith("[") else f"{where}.{key}"  # where[k]: an item
         kind = "an integer" if integer else "a number"
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            self.bad(f"{where}.{key}", f"must be {kind}, got {_show(v)}")
+            self.bad(at, f"must be {kind}, got {_show(v)}")
             return default
         if isinstance(v, float) and not math.isfinite(v):
-            self.bad(f"{where}.{key}", f"must be a finite number, got {v!r}")
+            self.bad(at, f"must be a finite number, got {v!r}")
             return default
         if (isinstance(v, int) or integer) and abs(v) > 2**53:  # a float too: 1e300 is "whole"
             digits = f"{len(str(abs(v)))}" if abs(v) < 10**4000 else "over 4,000"  # str() stops at 4,300 digits
             got = f"an integer of {digits} digits" if isinstance(v, int) else _show(v)
-            self.bad(f"{where}.{key}", f"must be at most 2**53 in size, got {got}")
+            self.bad(at, f"must be at most 2**53 in size, got {got}")
             return default
         if integer and v != int(v):
-            self.bad(f"{where}.{key}", f"must be a whole number, got {_show(v)}")
+            self.bad(at, f"must be a whole number, got {_show(v)}")
             return default
         if positive and v <= 0:
-            self.bad(f"{where}.{key}", f"must be > 0, got {_show(v)}")
+            self.bad(at, f"must be > 0, got {_show(v)}")
             return default
         if minimum is not None and v < minimum:
-            self.bad(f"{where}.{key}", f"must be >= {minimum}, got {_show(v)}")
+            self.bad(at, f"must be >= {minimum}, got {_show(v)}")
             return default
         if maximum is not None and v > maximum:
-            self.bad(f"{where}.{key}", f"must be <= {maximum:g}, got {_show(v)}")
+            self.bad(at, f"must be <= {maximum:g}, got {_show(v)}")
             return default
         return int(v) if integer else float(v)
+
+    def field(self, d: Mapping, kind: str, key: str, where: str, default=None, required: bool = False):
+        """A number of an object of `kind`, checked against its schema's type and range."""
+        spec = _OBJECTS[kind]["properties"][key]
+        types = spec["type"] if isinstance(spec["type"], list) else [spec["type"]]
+        return self.number(d, key, where, default, minimum=spec.get("minimum"), positive="exclusiveMinimum" in spec,
+                           integer="integer" in types, required=required, maximum=spec.get("maximum"))
 
     def flag(self, d: Mapping, key: str, where: str, default: bool) -> bool:
         v = d.get(key, default)
@@ -173,7 +182,7 @@ def _parse_slowdown(ck: _Checker, raw: Any, where: str, gpus: int) -> dict[str, 
         if not isinstance(factors, list) or len(factors) != gpus:
             ck.bad(w, f"must list one factor per GPU ({gpus}), e.g. [1.0, 1.0, 1.3, 1.0]")
             continue
-        values = [ck.number({"f": f}, "f", w, 1.0, positive=True) for f in factors]
+        values = [ck.number({f"[{k}]": f}, f"[{k}]", w, 1.0, positive=True, maximum=MAX_SLOWDOWN) for k, f in enumerate(factors)]
         out[str(app_class)] = tuple(values)
     return out
 
@@ -186,7 +195,7 @@ def _parse_topology(ck: _Checker, raw: Any, node_ids: list[str]) -> Topology | N
     where = "cluster.topology"
     raw = ck.mapping(raw, where, "topology")
     d = Topology()
-    factor = ck.number(raw, "across_node_factor", where, d.across_node_factor, minimum=1.0)
+    factor = ck.field(raw, "topology", "across_node_factor", where, d.across_node_factor)
     if "graph" in raw:
         if "racks" in raw:
             ck.bad(where, "give racks or graph, not both")
@@ -211,14 +220,14 @@ def _parse_topology(ck: _Checker, raw: Any, node_ids: list[str]) -> Topology | N
                 ck.bad(f"{w}.nodes", f"node {_show(n)} is also in rack {_show(placed[n])}; a node has one rack")
             placed[n] = str(rack_id)
         racks.append(Rack(str(rack_id), tuple(members),
-                          ck.number(rr, "uplink_gbps", w, Rack.uplink_gbps, positive=True)))
+                          ck.field(rr, "rack", "uplink_gbps", w, Rack.uplink_gbps)))
     unplaced = [n for n in node_ids if n not in placed]
     if racks and unplaced:
         ck.bad(f"{where}.racks", f"node {_show(unplaced[0])} is in no rack; list every node in one rack")
     if not racks:
         racks = [Rack("r0", tuple(node_ids))]
-    return Topology(tuple(racks), ck.number(raw, "node_gbps", where, d.node_gbps, positive=True),
-                    ck.number(raw, "gpu_gbps", where, d.gpu_gbps, positive=True), factor)
+    return Topology(tuple(racks), ck.field(raw, "topology", "node_gbps", where, d.node_gbps),
+                    ck.field(raw, "topology", "gpu_gbps", where, d.gpu_gbps), factor)
 
 
 def _parse_cluster(ck: _Checker, raw: Any) -> Cluster:
@@ -303,14 +312,13 @@ def _parse_job(ck: _Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | No
                   else _parse_throughput(ck, raw.get("throughput_params"), f"{where}.throughput_params", gpu_types))
     if "grad_stats" in raw:
         g = ck.mapping(raw["grad_stats"], f"{where}.grad_stats", "grad_stats")
-        grad = GradStats(*(ck.number(g, k, f"{where}.grad_stats", 0.0, minimum=0.0, required=True, maximum=MAX_GRAD_STAT)
+        grad = GradStats(*(ck.field(g, "grad_stats", k, f"{where}.grad_stats", 0.0, required=True)
                            for k in ("sqr", "var")))
     else:
         grad = profile.grad_stats
     if "batch" in raw:
         b = ck.mapping(raw["batch"], f"{where}.batch", "batch")
-        vals = [ck.number(b, k, f"{where}.batch", 1, positive=True, integer=True, required=True,
-                          maximum=MAX_BSZ) for k in BATCH_NAMES]
+        vals = [ck.field(b, "batch", k, f"{where}.batch", 1, required=True) for k in BATCH_NAMES]
         batch = BatchLimits(*vals)
         if batch.min_local_bsz > batch.max_local_bsz or batch.init_bsz > batch.max_bsz:
             ck.bad(f"{where}.batch", "needs min_local_bsz <= max_local_bsz and init_bsz <= max_bsz")
@@ -322,8 +330,8 @@ def _parse_job(ck: _Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | No
 
     total = cluster.total_gpus  # 0: every node drained, a valid round in which no job runs
     default_max = min(max(batch.max_bsz // batch.min_local_bsz, 1), total) or 1
-    min_gpus = ck.number(raw, "min_gpus", where, 1, minimum=0, integer=True, maximum=MAX_GPUS)
-    max_gpus = ck.number(raw, "max_gpus", where, default_max, minimum=0, integer=True, maximum=MAX_GPUS)
+    min_gpus = ck.field(raw, "job", "min_gpus", where, 1)
+    max_gpus = ck.field(raw, "job", "max_gpus", where, default_max)
     if min_gpus > total > 0:
         ck.bad(f"{where}.min_gpus", f"{min_gpus} exceeds the cluster's {total} GPUs; lower it or add nodes")
     if max_gpus < min_gpus:
@@ -332,23 +340,23 @@ def _parse_job(ck: _Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | No
     for k, rg in enumerate(ck.sequence(raw, "current_gpus", where)):
         gw = f"{where}.current_gpus[{k}]"
         rg = ck.mapping(rg, gw, "gpu")
-        node, gpu = rg.get("node"), ck.number(rg, "gpu", gw, 0, minimum=0, integer=True, required=True)
+        node, gpu = rg.get("node"), ck.field(rg, "gpu", "gpu", gw, 0, required=True)
         if not isinstance(node, str):
             ck.bad(f"{gw}.node", f"must be a node id string, got {_show(node)}")
             continue
         current.append(GpuRef(node, gpu))
-    fixed = ck.number(raw, "fixed_bsz", where, None, positive=True, integer=True, maximum=MAX_BSZ)
+    fixed = ck.field(raw, "job", "fixed_bsz", where, None)
     return JobSpec(
         id=job_id, throughput=throughput, grad_stats=grad, batch=batch,
         min_gpus=min_gpus, max_gpus=max_gpus, current_gpus=tuple(current),
-        age_s=ck.number(raw, "age_s", where, 0.0, minimum=0.0),
-        num_restarts=ck.number(raw, "num_restarts", where, 0, minimum=0, integer=True, maximum=2**31),
-        fixed_bsz=fixed, restart_cost_s=ck.number(raw, "restart_cost_s", where, None, minimum=0.0),
+        age_s=ck.field(raw, "job", "age_s", where, 0.0),
+        num_restarts=ck.field(raw, "job", "num_restarts", where, 0),
+        fixed_bsz=fixed, restart_cost_s=ck.field(raw, "job", "restart_cost_s", where, None),
         application=app,
-        requested_gpus=ck.number(raw, "requested_gpus", where, None, positive=True, integer=True, maximum=MAX_GPUS),
-        requested_bsz=ck.number(raw, "requested_bsz", where, None, positive=True, integer=True, maximum=MAX_BSZ),
-        attained_service_gpu_s=ck.number(raw, "attained_service_gpu_s", where, 0.0, minimum=0.0),
-        remaining_steps=ck.number(raw, "remaining_steps", where, None, minimum=0.0),
+        requested_gpus=ck.field(raw, "job", "requested_gpus", where, None),
+        requested_bsz=ck.field(raw, "job", "requested_bsz", where, None),
+        attained_service_gpu_s=ck.field(raw, "job", "attained_service_gpu_s", where, 0.0),
+        remaining_steps=ck.field(raw, "job", "remaining_steps", where, None),
         freezing=_parse_freezing(ck, raw["freezing"], f"{where}.freezing", app) if "freezing" in raw else None,
         app_class=_parse_app_class(ck, raw.get("app_class"), f"{where}.app_class"),
     )
@@ -368,7 +376,7 @@ def _parse_groups(ck: _Checker, raw: Mapping, where: str, app: str | None) -> tu
             gw = f"{where}.groups[{k}]"
             rg = ck.mapping(rg, gw, "group")
             name = rg.get("name", f"group{k}")
-            groups.append(LayerGroup(str(name), *(ck.number(rg, key, gw, 1.0, minimum=0.0, required=True)
+            groups.append(LayerGroup(str(name), *(ck.field(rg, "group", key, gw, 1.0, required=True)
                                                    for key in ("forward", "backward", "params"))))
         if len(groups) < 2:
             ck.bad(f"{where}.groups", "needs at least 2 layer groups (the last one always trains)")
@@ -386,13 +394,13 @@ def _parse_freezing(ck: _Checker, raw: Any, where: str, app: str | None) -> Free
     groups = _parse_groups(ck, raw, where, app)
     pen = ck.mapping(raw.get("penalty", {}), f"{where}.penalty", "penalty")
     d = FreezePenalty()
-    penalty = FreezePenalty(*(ck.number(pen, k, f"{where}.penalty", getattr(d, k), minimum=0.0) for k in PENALTY_NAMES))
+    penalty = FreezePenalty(*(ck.field(pen, "penalty", k, f"{where}.penalty", getattr(d, k)) for k in PENALTY_NAMES))
     progress = ck.number(raw, "progress", where, 0.0, minimum=0.0, required=True)
     if progress is not None and progress > 1.0:
         ck.bad(f"{where}.progress", f"is the fraction of training done, in [0, 1]; got {_show(progress)}")
     top = len(groups) - 1
-    min_frozen = ck.number(raw, "min_frozen", where, 0, minimum=0, integer=True)
-    max_frozen = ck.number(raw, "max_frozen", where, None, minimum=0, integer=True)
+    min_frozen = ck.field(raw, "freezing", "min_frozen", where, 0)
+    max_frozen = ck.field(raw, "freezing", "max_frozen", where, None)
     if groups and (max_frozen if max_frozen is not None else top) > top:
         ck.bad(f"{where}.max_frozen", f"{max_frozen} leaves no group training; use at most {top}")
     if max_frozen is not None and min_frozen > max_frozen:
@@ -401,8 +409,8 @@ def _parse_freezing(ck: _Checker, raw: Any, where: str, app: str | None) -> Free
         ck.bad(f"{where}.min_frozen", f"{min_frozen} leaves no group training; use at most {top}")
     return FreezeSpec(
         groups=groups, progress=progress,
-        total_steps=ck.number(raw, "total_steps", where, 1.0, positive=True, required=True),
-        budget_left=ck.number(raw, "budget_left", where, 0.0, minimum=0.0, required=True),
+        total_steps=ck.field(raw, "freezing", "total_steps", where, 1.0, required=True),
+        budget_left=ck.field(raw, "freezing", "budget_left", where, 0.0, required=True),
         min_frozen=min_frozen, max_frozen=max_frozen, penalty=penalty,
     )
 
@@ -454,15 +462,15 @@ def _parse_settings(ck: _Checker, raw: Any) -> Settings:
     return Settings(
         formulation=formulation,
         p=float(p),
-        restart_cost_s=ck.number(raw, "restart_cost_s", "settings", d.restart_cost_s, minimum=0.0),
-        unallocated_penalty=ck.number(raw, "unallocated_penalty", "settings", d.unallocated_penalty, minimum=1.0),
+        restart_cost_s=ck.field(raw, "settings", "restart_cost_s", "settings", d.restart_cost_s),
+        unallocated_penalty=ck.field(raw, "settings", "unallocated_penalty", "settings", d.unallocated_penalty),
         solver=solver,
-        time_limit_s=ck.number(raw, "time_limit_s", "settings", d.time_limit_s, positive=True),
-        mip_gap=ck.number(raw, "mip_gap", "settings", d.mip_gap, minimum=0.0),
-        seed=ck.number(raw, "seed", "settings", d.seed, minimum=0, integer=True),
-        tier_tolerance=ck.number(raw, "tier_tolerance", "settings", d.tier_tolerance, minimum=0.0),
+        time_limit_s=ck.field(raw, "settings", "time_limit_s", "settings", d.time_limit_s),
+        mip_gap=ck.field(raw, "settings", "mip_gap", "settings", d.mip_gap),
+        seed=ck.field(raw, "settings", "seed", "settings", d.seed),
+        tier_tolerance=ck.field(raw, "settings", "tier_tolerance", "settings", d.tier_tolerance),
         lp_first=ck.flag(raw, "lp_first", "settings", d.lp_first),
-        partitions=ck.number(raw, "partitions", "settings", d.partitions, minimum=0, integer=True),
+        partitions=ck.field(raw, "settings", "partitions", "settings", d.partitions),
     )
 
 
@@ -525,7 +533,7 @@ def parse_round_input(raw: Any) -> RoundInput:
         jobs.append(job)
     _check_current_gpus(ck, jobs, cluster)
     settings = _parse_settings(ck, raw.get("settings", {}))
-    round_s = ck.number(raw, "round_s", "round", RoundInput.round_s, positive=True)
+    round_s = ck.field(raw, "round", "round_s", "round", RoundInput.round_s)
     if ck.problems:
         raise InputError(ck.problems)
     return RoundInput(cluster, tuple(jobs), settings, round_s)

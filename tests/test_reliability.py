@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -200,3 +201,95 @@ def test_a_solver_named_by_path_runs_nothing(tmp_path, entry):
                              capture_output=True, text=True)
         assert out.returncode == 2 and "unknown solver" in out.stderr
     assert not marker.exists()
+
+
+SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "schedlab" / "schemas" / "round_input.schema.json").read_text())
+
+
+def _full_round() -> dict:
+    """The example with every optional numeric field of the schema present and valid."""
+    raw = _example()
+    nodes = raw["cluster"]["nodes"]
+    nodes[0]["slowdown"] = {"classA": [1.0, 1.1, 1.0, 1.3]}
+    raw["cluster"]["topology"] = {"racks": [{"id": "r0", "nodes": [n["id"] for n in nodes], "uplink_gbps": 100.0}],
+                                  "node_gbps": 100.0, "gpu_gbps": 300.0, "across_node_factor": 1.5}
+    job = raw["jobs"][0]
+    job.update(throughput_params={"alpha_c": 0.1, "beta_c": 0.01, "alpha_n": 0.1, "beta_n": 0.01, "alpha_r": 0.1,
+                                  "beta_r": 0.01, "gamma": 1.5},
+               batch={"init_bsz": 32, "max_bsz": 512, "min_local_bsz": 8, "max_local_bsz": 64},
+               min_gpus=1, max_gpus=8, restart_cost_s=20.0, attained_service_gpu_s=100.0, remaining_steps=1000.0,
+               requested_gpus=2, requested_bsz=64,
+               freezing={"groups": [{"forward": 1.0, "backward": 2.0, "params": 10.0}] * 3, "progress": 0.5,
+                         "total_steps": 1e4, "budget_left": 0.1, "min_frozen": 0, "max_frozen": 1,
+                         "penalty": {"scale": 1.0, "exponent": 1.0, "decay": 1.0}})
+    raw["jobs"][1]["fixed_bsz"] = 64
+    raw["round_s"] = 60.0
+    raw["settings"].update(restart_cost_s=30.0, unallocated_penalty=1.1, time_limit_s=5.0, mip_gap=1e-4, seed=1,
+                           tier_tolerance=0.05, partitions=1)
+    return raw
+
+
+def _numbers(schema: dict, value, path: str):
+    """(path as the errors name it, its schema) of every number in `value`, walked with its schema."""
+    if "$ref" in schema:
+        schema = SCHEMA["$defs"][schema["$ref"].rsplit("/", 1)[1]]
+    if "oneOf" in schema and isinstance(value, dict):  # the parameters' one form or its per-type map
+        schema = next(s for s in schema["oneOf"] if "$ref" in s or "additionalProperties" not in s)
+        yield from _numbers(schema, value, path)
+        return
+    kinds = schema.get("type", [])
+    if {"number", "integer"} & set(kinds if isinstance(kinds, list) else [kinds]) and not isinstance(value, bool):
+        yield path, schema
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            sub = schema.get("properties", {}).get(key, schema.get("additionalProperties"))
+            if isinstance(sub, dict):
+                yield from _numbers(sub, item, f"{path}.{key}" if path else key)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for k, item in enumerate(value):
+            yield from _numbers(schema["items"], item, f"{path}[{k}]")
+
+
+def _each_field_once(raw: dict) -> list:
+    """_numbers, the first item of each list only where items repeat a field."""
+    seen, out = set(), []
+    for path, spec in _numbers(SCHEMA, raw, ""):
+        field = re.sub(r"\[\d+\]", "[]", path)
+        if field not in seen:
+            seen.add(field)
+            out.append((path, spec))
+    return out
+
+
+def _set(raw: dict, path: str, value) -> None:
+    keys = [int(k) if k.isdigit() else k for k in path.replace("[", ".").replace("]", "").split(".")]
+    node = raw
+    for k in keys[:-1]:
+        node = node[k]
+    node[keys[-1]] = value
+
+
+def _out_of_range(spec: dict) -> list:
+    integer = "integer" in (spec["type"] if isinstance(spec["type"], list) else [spec["type"]])
+    out = []
+    if "maximum" in spec:
+        out.append(spec["maximum"] + 1 if integer else spec["maximum"] * 2)
+    if "minimum" in spec:
+        out.append(spec["minimum"] - 1)
+    if "exclusiveMinimum" in spec:
+        out.append(spec["exclusiveMinimum"])
+    return out
+
+
+def test_the_full_round_is_valid():
+    assert solve_round(_full_round(), time_limit_s=5.0).verified
+
+
+@pytest.mark.parametrize("path, spec", _each_field_once(_full_round()))
+def test_every_number_out_of_its_schema_range_is_named(path, spec):
+    # The schema is the contract: every range it publishes, the parser enforces, field by field.
+    assert _out_of_range(spec), f"{path} has no range in the schema"
+    for bad in _out_of_range(spec):
+        raw = _full_round()
+        _set(raw, path, bad)
+        assert any(p.startswith(f"{path}:") for p in _problems(raw)), (path, bad)
