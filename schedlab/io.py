@@ -380,6 +380,9 @@ def _parse_groups(ck: _Checker, raw: Mapping, where: str, app: str | None) -> tu
                                                    for key in ("forward", "backward", "params"))))
         if len(groups) < 2:
             ck.bad(f"{where}.groups", "needs at least 2 layer groups (the last one always trains)")
+        elif sum(g.backward for g in groups) <= 0 or sum(g.params for g in groups) <= 0:
+            ck.bad(f"{where}.groups", "need some backward cost and some parameters: freezing saves backward "
+                   "compute and all-reduce of parameters, and with none of either it changes nothing")
         return tuple(groups)
     profile = raw.get("profile", app)
     if profile not in LAYER_PROFILES:

@@ -9,6 +9,7 @@ import math
 import re
 import subprocess
 import sys
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -61,6 +62,9 @@ def test_unknown_keys_at_every_level_are_named_with_a_suggestion(mutate, field, 
      "jobs[0].throughput_params.gamma: must be in Pollux's [1, 10]"),
     (lambda d: d["jobs"][0].update(batch={"init_bsz": 32, "max_bsz": 32, "min_local_bsz": 64, "max_local_bsz": 128}),
      "no GPU count can run it"),
+    (lambda d: d["jobs"][0].update(application="bert", freezing={
+        "groups": [{"forward": 1.0, "backward": 0.0, "params": 1.0} for _ in range(3)], "progress": 0.5,
+        "total_steps": 1e4, "budget_left": 0.1}), "jobs[0].freezing.groups: need some backward cost"),
     (lambda d: d["cluster"]["nodes"][0].update(gpus=10**9), f"above the limit of {MAX_GPUS_PER_NODE} GPUs per node"),
     (lambda d: d["cluster"]["nodes"][0].update(gpus=10**5000), "an integer of over 4,000 digits"),
     (lambda d: d["cluster"]["nodes"][0].update(gpus=float("inf")), "must be a finite number"),
@@ -219,7 +223,7 @@ def _full_round() -> dict:
                batch={"init_bsz": 32, "max_bsz": 512, "min_local_bsz": 8, "max_local_bsz": 64},
                min_gpus=1, max_gpus=8, restart_cost_s=20.0, attained_service_gpu_s=100.0, remaining_steps=1000.0,
                requested_gpus=2, requested_bsz=64,
-               freezing={"groups": [{"forward": 1.0, "backward": 2.0, "params": 10.0}] * 3, "progress": 0.5,
+               freezing={"groups": [{"forward": 1.0, "backward": 2.0, "params": 10.0} for _ in range(3)], "progress": 0.5,
                          "total_steps": 1e4, "budget_left": 0.1, "min_frozen": 0, "max_frozen": 1,
                          "penalty": {"scale": 1.0, "exponent": 1.0, "decay": 1.0}})
     raw["jobs"][1]["fixed_bsz"] = 64
@@ -293,3 +297,27 @@ def test_every_number_out_of_its_schema_range_is_named(path, spec):
         raw = _full_round()
         _set(raw, path, bad)
         assert any(p.startswith(f"{path}:") for p in _problems(raw)), (path, bad)
+
+
+def _edges(spec: dict) -> list:
+    integer = "integer" in (spec["type"] if isinstance(spec["type"], list) else [spec["type"]])
+    tiny = [1 if integer else 1e-9] if "exclusiveMinimum" in spec else []
+    return [spec[k] for k in ("minimum", "maximum") if k in spec] + tiny
+
+
+@pytest.mark.parametrize("path, spec", _each_field_once(_full_round()))
+def test_every_number_at_the_edges_of_its_range_is_answered_without_a_float_warning(path, spec):
+    # Accepted means meaningful: a value the schema allows never overflows, divides by zero or
+    # makes a NaN on the way to its answer (a warning is an error here).
+    for edge in _edges(spec):
+        raw = _full_round()
+        _set(raw, path, edge)
+        if path != "settings.time_limit_s":
+            raw["settings"]["time_limit_s"] = 5.0
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            try:
+                result = solve_round(raw)
+            except InputError:  # in range, but not with the other fields (a GPU index past the node's)
+                continue
+        assert result.verified and result.status != "fallback", (path, edge, result.message)

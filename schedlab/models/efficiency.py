@@ -54,7 +54,7 @@ class BatchChoice:
 def split_local_batch(local_bsz, num_replicas, init_bsz, max_local_bsz):
     """Split a per-GPU batch into (micro-batch, accumulation steps) within max_local_bsz."""
     local_bsz = np.asarray(local_bsz, dtype=float)
-    accum = np.ceil(local_bsz / max_local_bsz - _EPS) - 1
+    accum = np.maximum(np.ceil(local_bsz / max_local_bsz - _EPS) - 1, 0)  # >= 0 when max_local_bsz dwarfs the batch
     # One replica estimates gradient noise only across micro-batches: Pollux forces one.
     accum = np.where((num_replicas == 1) & (local_bsz > init_bsz + _EPS), np.maximum(accum, 1), accum)
     accum = accum.astype(int)
