@@ -1,10 +1,15 @@
-"""schedlab: every round of a deep-learning GPU-cluster scheduler as an optimization model."""
+"""schedlab: every round of a deep-learning GPU-cluster scheduler as an optimization model.
 
-from schedlab.api import solve_round
-from schedlab.formulations import FORMULATIONS
-from schedlab.solvers.registry import SOLVERS
+The round's entry points load on first use (PEP 562), so `import schedlab` and `schedlab --help`
+cost no solver, no model library and no table.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from schedlab.errors import InputError, SchedlabError, SolverError, VerificationError
-from schedlab.io import parse_round_input, round_input_to_dict, round_result_to_dict
 from schedlab.state import (
     BatchLimits,
     Cluster,
@@ -19,10 +24,30 @@ from schedlab.state import (
     ThroughputParams,
 )
 
+if TYPE_CHECKING:
+    from schedlab.api import solve_round
+    from schedlab.formulations import FORMULATIONS
+    from schedlab.io import parse_round_input, round_input_to_dict, round_result_to_dict
+    from schedlab.solvers.registry import SOLVERS
+
 __version__ = "0.1.0"
+_LAZY = {"solve_round": "schedlab.api", "FORMULATIONS": "schedlab.formulations", "SOLVERS": "schedlab.solvers.registry",
+         "parse_round_input": "schedlab.io", "round_input_to_dict": "schedlab.io", "round_result_to_dict": "schedlab.io"}
 __all__ = [
     "solve_round", "SOLVERS", "FORMULATIONS", "parse_round_input", "round_input_to_dict", "round_result_to_dict",
     "SchedlabError", "InputError", "SolverError", "VerificationError",
     "BatchLimits", "Cluster", "GpuRef", "GradStats", "JobAllocation", "JobSpec", "Node", "RoundInput",
     "RoundResult", "Settings", "ThroughputParams",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'schedlab' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value  # once loaded, an ordinary attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -7,6 +7,7 @@ import json
 import math
 import sys
 
+from schedlab import __version__
 from schedlab.errors import SchedlabError
 from schedlab.state import Settings
 
@@ -15,6 +16,8 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     from schedlab.api import solve_round
     from schedlab.io import load_json, round_result_to_dict
 
+    if args.stream:
+        return _solve_stream(args)
     try:
         with open(args.round_json, "rb") if args.round_json != "-" else sys.stdin.buffer as f:
             data = f.read()
@@ -24,6 +27,30 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     result = solve_round(raw, solver=args.solver, time_limit_s=args.time_limit)
     json.dump(round_result_to_dict(result), sys.stdout, indent=2 if args.pretty else None)
     sys.stdout.write("\n")
+    return 0
+
+
+def _solve_stream(args: argparse.Namespace) -> int:
+    """One round per line in (JSON lines), one result line out per round, in order, flushed as
+    each is solved; a bad line gets an error line and the stream goes on. Blank lines are skipped."""
+    from schedlab.api import solve_round
+    from schedlab.io import error_to_dict, load_json, round_result_to_dict
+
+    try:
+        source = open(args.round_json, "rb") if args.round_json != "-" else sys.stdin.buffer
+    except OSError as exc:
+        return _fail(f"cannot read {args.round_json}: {exc.strerror}")
+    with source:
+        for number, line in enumerate(source, start=1):
+            if not line.strip():
+                continue
+            try:
+                raw = load_json(line, f"line {number}")
+                out = round_result_to_dict(solve_round(raw, solver=args.solver, time_limit_s=args.time_limit))
+            except SchedlabError as exc:
+                out = error_to_dict(exc)
+            sys.stdout.write(json.dumps(out) + "\n")
+            sys.stdout.flush()
     return 0
 
 
@@ -188,10 +215,14 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="schedlab", description="GPU-cluster scheduling rounds as optimization models")
+    parser.add_argument("--version", action="version", version=f"schedlab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     solve = sub.add_parser("solve", help="solve one round given as JSON; the result JSON goes to stdout")
-    solve.add_argument("round_json", help="round input file (see schedlab/schemas), or - for stdin")
+    solve.add_argument("round_json", nargs="?", default="-",
+                       help="round input file (see schedlab/schemas), or - for stdin (the default)")
+    solve.add_argument("--stream", action="store_true",
+                       help="JSON lines: one round per line in, one result (or error) line out per round, flushed")
     solve.add_argument("--solver", default=None, help="portfolio (default: highs, then highs and cpsat raced), highs, cpsat, appsi_highs, or a Pyomo solver")
     solve.add_argument("--time-limit", type=float, default=None, help="solver time limit in seconds")
     solve.add_argument("--pretty", action="store_true", help="indent the output JSON")

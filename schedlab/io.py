@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from schedlab.errors import InputError
+from schedlab.errors import InputError, SchedlabError
 from schedlab.models.freezing import PROFILES as LAYER_PROFILES, layer_profile
 from schedlab.models.profiles import shipped_profiles
 from schedlab.state import (
@@ -603,6 +603,14 @@ def _freezing_to_dict(f: FreezeSpec) -> dict[str, Any]:
 
 def _finite_or_none(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
+
+
+def error_to_dict(exc: SchedlabError) -> dict[str, Any]:
+    """A refused round as JSON: {"error": "invalid_input", "problems": [one per bad field]} for
+    bad input, else {"error": "failed", "problems": [the reason]}."""
+    if isinstance(exc, InputError):
+        return {"error": "invalid_input", "problems": exc.problems}
+    return {"error": "failed", "problems": [str(exc)]}
 
 
 def round_result_to_dict(res: RoundResult) -> dict[str, Any]:

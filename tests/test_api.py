@@ -223,3 +223,25 @@ def test_lp_first_is_a_setting_and_must_be_a_boolean():
     full = solve_round(raw)
     assert full.status == "optimal" and "LP" not in full.message
     assert solve_round(_example()).objective == pytest.approx(full.objective, rel=1e-4)
+
+
+def test_cli_stream_answers_each_line_as_it_comes_and_goes_on_after_a_bad_one():
+    round_line = json.dumps(_example()) + "\n"
+    proc = subprocess.Popen([sys.executable, "-m", "schedlab.cli", "solve", "--stream"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        proc.stdin.write(round_line)
+        proc.stdin.flush()
+        first = json.loads(proc.stdout.readline())  # answered while stdin is still open: flushed per round
+        jsonschema.validate(first, _schema("round_result.schema.json"))
+        proc.stdin.write('{"cluster": [}\n\n' + json.dumps({**_example(), "settings": {"time_limit": 5}}) + "\n")
+        proc.stdin.write(round_line)
+        proc.stdin.close()
+        rest = [json.loads(line) for line in proc.stdout]
+    finally:
+        proc.wait(timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr.read()
+    assert [r.get("error") for r in rest] == ["invalid_input", "invalid_input", None]  # the blank line is skipped
+    assert "line 2: not valid JSON" in rest[0]["problems"][0]
+    assert rest[1]["problems"][0].startswith("settings.time_limit: unknown key")
+    assert rest[2]["objective"] == pytest.approx(first["objective"])

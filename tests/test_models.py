@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from schedlab.models.efficiency import best_batch, efficiency, gain, goodput
-from schedlab.models.profiles import APPLICATIONS, fit_application, measured_table, shipped_profiles
+from schedlab.models.profiles import APPLICATIONS, fit_application, measured_table, shipped_profiles, table_fields
 from schedlab.models.throughput import canonical_placement, step_time_s, throughput
 from schedlab.state import BatchLimits, GradStats, ThroughputParams
 
@@ -84,3 +84,13 @@ def test_shipped_profiles_follow_the_artifact():
     # init/max batch: smallest/largest validation file; local range: placements.csv
     assert profiles["cifar10"].batch == BatchLimits(128, 4096, 32, 1024)
     assert profiles["bert"].max_epochs == 2 and profiles["imagenet"].max_epochs == 90
+
+
+@pytest.mark.parametrize("app", APPLICATIONS)
+def test_shipped_profiles_hold_what_the_tables_give(app):
+    # profiles.json carries the tables' gradient statistics and batch limits, so a round reads
+    # no table: they must be the tables' own.
+    prof = shipped_profiles()[app]
+    fields = table_fields(app)
+    assert list(prof.grad_stats.__dict__.values()) == fields["grad_stats"]
+    assert list(prof.batch.__dict__.values()) == fields["batch"]

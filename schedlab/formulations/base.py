@@ -13,14 +13,16 @@ as a sequence of small ones, each by the same solver.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-import pyomo.environ as pyo
 
 from schedlab.solvers.arrays import MilpArrays
 from schedlab.solvers.outcome import SolveOutcome
 from schedlab.state import JobAllocation, RoundInput, Settings
+
+if TYPE_CHECKING:
+    import pyomo.environ as pyo
 
 
 class MilpModel(Protocol):

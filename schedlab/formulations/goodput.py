@@ -45,11 +45,12 @@ stayers, G/d - ceil(h/d) x for a node with one (linear, since d | G), and w_kd, 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 from dataclasses import dataclass
 
 import numpy as np
-import pyomo.environ as pyo
 import scipy.sparse as sp
 
 from schedlab.formulations.base import OneModel
@@ -59,6 +60,9 @@ from schedlab.formulations.options import OptionSet, enumerate_options, job_allo
 from schedlab.formulations.packing import NodeState
 from schedlab.solvers.arrays import MilpArrays
 from schedlab.state import JobAllocation, RoundInput
+
+if TYPE_CHECKING:
+    import pyomo.environ as pyo
 
 
 @dataclass(frozen=True)
@@ -204,6 +208,8 @@ def start_point(opts: OptionSet, st: Structure | None = None) -> np.ndarray:
 
 def build_pyomo(opts: OptionSet) -> pyo.ConcreteModel:
     """The same model in Pyomo, written term by term as in the module docstring."""
+    import pyomo.environ as pyo  # here, not at the top: rounds solved from arrays never load Pyomo
+
     st = structure(opts)
     coef, offset = _objective_coefficients(opts)
     m = pyo.ConcreteModel(name="goodput")

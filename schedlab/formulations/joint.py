@@ -73,12 +73,13 @@ bandwidth is its own); a spread over racks is priced at the smallest rack uplink
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import itertools
 import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-import pyomo.environ as pyo
 import scipy.sparse as sp
 
 from schedlab.formulations.base import OneModel
@@ -93,6 +94,9 @@ from schedlab.solvers.arrays import MilpArrays
 from schedlab.state import (BatchLimits, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, ThroughputParams,
                             Topology)
 from schedlab.topology import cluster_graph, spread_gbps
+
+if TYPE_CHECKING:
+    import pyomo.environ as pyo
 
 SINGLE, COMP, MULTI, STAY = 0, 1, 2, 3
 
@@ -654,6 +658,8 @@ def _column_jobs(opts: JointOptions, st: Structure, num_cols: int) -> np.ndarray
 def build_pyomo(opts: JointOptions, st: Structure) -> pyo.ConcreteModel:
     """The same model in Pyomo: x indexed by option labels (job/kind:shape), v by (job, pool), w
     by (node, level), one Constraint per tag of the docstring over the same rows."""
+    import pyomo.environ as pyo  # here, not at the top: rounds solved from arrays never load Pyomo
+
     c, col_hi, integer = _columns(opts, st)
     jobs = opts.round_input.jobs
     m = pyo.ConcreteModel(name="joint")

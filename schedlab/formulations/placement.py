@@ -62,13 +62,14 @@ job costs rho_j of its weight, PAL's "same GPUs, no restart". Solved by HiGHS
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-import pyomo.environ as pyo
 import scipy.sparse as sp
 
 from schedlab.errors import InputError
@@ -77,6 +78,9 @@ from schedlab.models.efficiency import split_fixed_batch
 from schedlab.solvers.arrays import MilpArrays
 from schedlab.solvers.outcome import FAILED, TIME_LIMIT, SolveOutcome
 from schedlab.state import GpuRef, JobAllocation, JobSpec, RoundInput, Settings
+
+if TYPE_CHECKING:
+    import pyomo.environ as pyo
 
 Placement = dict[str, tuple[str, ...]]  # job id -> GPU ids
 
@@ -410,6 +414,8 @@ def build(pi: PlacementInput) -> PlacementModel:
 def build_pyomo(pi: PlacementInput) -> pyo.ConcreteModel:
     """The same model in Pyomo, term by term as `build` and the module docstring; `columns` lists
     its variables in `build`'s column order."""
+    import pyomo.environ as pyo  # here, not at the top: rounds solved from arrays never load Pyomo
+
     st = model_sets(pi)
     jobs, types, nodes = range(len(pi.jobs)), range(len(st.types)), range(len(st.nodes))
     weight = [job.weight for job in pi.jobs]

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from schedlab.models.throughput import (
     MeasuredTable,
@@ -26,6 +25,9 @@ from schedlab.models.throughput import (
     step_time_s,
 )
 from schedlab.state import BatchLimits, GradStats, ThroughputParams
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 POLLUX_GPU_TYPE = "t4"
 # Completion epochs and the yolov3 micro-batch cap are the artifact's (simulator/applications.py).
@@ -55,6 +57,8 @@ def trace_dir(app: str) -> Path:
 
 def validation_tables(app: str) -> dict[int, pd.DataFrame]:
     """validation-<bsz>.csv of one application, keyed by total batch size, ascending."""
+    import pandas as pd  # here: reading the profiles for a round needs no pandas
+
     tables = {int(p.stem.split("-")[1]): pd.read_csv(p) for p in trace_dir(app).glob("validation-*.csv")}
     return dict(sorted(tables.items()))
 
@@ -72,20 +76,16 @@ def fit_application(app: str) -> tuple[ThroughputParams, float]:
     return params, rmsle(pred, pts.step_time.to_numpy())
 
 
-def _derive_profile(app: str, params: ThroughputParams, fit_error: float) -> ApplicationProfile:
+def table_fields(app: str) -> dict[str, list]:
+    """What the measured tables give a profile besides its fit: the gradient statistics of the
+    first epoch at the initial batch, and the batch limits (the validated batches' range, the
+    measured local batches', with the artifact's micro-batch caps)."""
     validation = validation_tables(app)
     init_bsz, max_bsz = min(validation), max(validation)
     first_epoch = validation[init_bsz].iloc[0]
     local = measured_table(app).placements.local_bsz
-    return ApplicationProfile(
-        name=app,
-        gpu_type=POLLUX_GPU_TYPE,
-        params=params,
-        grad_stats=GradStats(float(first_epoch.grad_sqr), float(first_epoch.grad_var)),
-        batch=BatchLimits(init_bsz, max_bsz, int(local.min()), MAX_LOCAL_BSZ_OVERRIDE.get(app, int(local.max()))),
-        max_epochs=MAX_EPOCHS[app],
-        fit_rmsle=fit_error,
-    )
+    return {"grad_stats": [float(first_epoch.grad_sqr), float(first_epoch.grad_var)],
+            "batch": [init_bsz, max_bsz, int(local.min()), MAX_LOCAL_BSZ_OVERRIDE.get(app, int(local.max()))]}
 
 
 def _profiles_file() -> Path:
@@ -94,12 +94,13 @@ def _profiles_file() -> Path:
 
 @cache
 def shipped_profiles() -> dict[str, ApplicationProfile]:
-    """The six Pollux applications, with their shipped fitted parameters."""
-    fitted = json.loads(_profiles_file().read_text())
-    return {
-        app: _derive_profile(app, ThroughputParams(*fitted[app]["params"]), fitted[app]["fit_rmsle"])
-        for app in APPLICATIONS
-    }
+    """The six Pollux applications as profiles.json holds them (fitted parameters and what the
+    tables give, written by refit): reading them needs no table, so no pandas."""
+    shipped = json.loads(_profiles_file().read_text())
+    return {app: ApplicationProfile(app, POLLUX_GPU_TYPE, ThroughputParams(*shipped[app]["params"]),
+                                    GradStats(*shipped[app]["grad_stats"]), BatchLimits(*shipped[app]["batch"]),
+                                    MAX_EPOCHS[app], shipped[app]["fit_rmsle"])
+            for app in APPLICATIONS}
 
 
 def get_profile(name: str) -> ApplicationProfile:
@@ -113,7 +114,7 @@ def refit() -> dict[str, dict]:
     out = {}
     for app in APPLICATIONS:
         params, err = fit_application(app)
-        out[app] = {"params": params_to_list(params), "fit_rmsle": err}
+        out[app] = {"params": params_to_list(params), "fit_rmsle": err, **table_fields(app)}
     return out
 
 

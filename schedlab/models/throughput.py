@@ -20,13 +20,15 @@ from __future__ import annotations
 
 from dataclasses import astuple
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-from scipy.interpolate import LinearNDInterpolator, interp1d
-from scipy.optimize import minimize
 
 from schedlab.state import ThroughputParams
+
+if TYPE_CHECKING:  # pandas and scipy load when a table is read or a fit runs, not for a round
+    import pandas as pd
+    from scipy.interpolate import LinearNDInterpolator, interp1d
 
 _TINY = 1e-8  # Pollux's stand-in for "no sync cost"; keeps logs and powers finite.
 
@@ -155,6 +157,8 @@ def fit_throughput_params(
         np.array([rng.uniform(-9.0, 0.0) if i < 6 else rng.uniform(1.0, 3.0) for i in free])
         for _ in range(restarts)
     ]
+    from scipy.optimize import minimize
+
     best = min((minimize(loss_and_grad, z0, jac=True, method="L-BFGS-B", bounds=bounds) for z0 in starts), key=lambda res: res.fun)
     params = ThroughputParams(*unpack(best.x))
     if not np.any(n > 1):  # Pollux's prior: the network is no faster than the node's bus
@@ -192,15 +196,21 @@ class MeasuredTable:
 
     @classmethod
     def from_dir(cls, path) -> "MeasuredTable":
+        import pandas as pd
+
         return cls(pd.read_csv(f"{path}/placements.csv"), pd.read_csv(f"{path}/scalability.csv"))
 
     def points(self) -> pd.DataFrame:
         """Every measured point as (num_nodes, num_replicas, local_bsz, step_time, sync_time)."""
+        import pandas as pd
+
         cols = ["num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time"]
         return pd.concat([self.placements[cols], self.scalability[cols]], ignore_index=True)
 
     @cached_property
     def _by_placement(self) -> dict[tuple[int, ...], interp1d]:
+        from scipy.interpolate import interp1d
+
         out = {}
         for key, df in self.placements.groupby("placement"):
             df = df.sort_values("local_bsz")
@@ -213,6 +223,9 @@ class MeasuredTable:
 
     @cached_property
     def _scattered(self) -> LinearNDInterpolator:
+        import pandas as pd
+        from scipy.interpolate import LinearNDInterpolator
+
         xs, ys = ["num_nodes", "num_replicas", "local_bsz"], ["step_time", "sync_time"]
         grouped = self.placements.groupby(xs, as_index=False)[ys].mean()
         df = pd.concat([grouped, self.scalability[xs + ys]], ignore_index=True)

@@ -14,7 +14,6 @@ import math
 import time
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from schedlab.solvers.arrays import MilpArrays
 from schedlab.solvers.outcome import FAILED, OPTIMAL, TIME_LIMIT, SolveOutcome, StopSignal
@@ -28,6 +27,8 @@ def _is_integral(values: np.ndarray) -> bool:
 
 def solve_cpsat(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: int = 0, workers: int = 1,
                 scale: float = DEFAULT_SCALE, stop: StopSignal | None = None) -> SolveOutcome:
+    from ortools.sat.python import cp_model  # here: OR-Tools loads only for rounds it solves
+
     cp = cp_model.CpModel()
     col_scale = np.where(model.integer, 1.0, scale)
     lo = np.ceil(model.col_lo * col_scale).astype(int)

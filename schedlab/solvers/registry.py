@@ -23,7 +23,6 @@ from schedlab.solvers.cpsat import solve_cpsat
 from schedlab.solvers.highs_direct import solve_highs
 from schedlab.solvers.outcome import SolveOutcome
 from schedlab.solvers.portfolio import solve_portfolio
-from schedlab.solvers.pyomo_backend import set_start, solve_appsi_highs, solve_legacy
 from schedlab.state import Settings
 
 
@@ -46,25 +45,33 @@ class ArraySolver:
 
 @dataclass(frozen=True)
 class PyomoSolver:
-    """Solves the model's Pyomo form, warm-started from the model's start point, with
-    `solve(pyomo_model, time_limit_s, mip_gap, warm_start)`."""
+    """Solves the model's Pyomo form, warm-started from the model's start point, with the
+    function `backend` of solvers.pyomo_backend, `solve(pyomo_model, time_limit_s, mip_gap,
+    warm_start)`, passing `solver=` when given. pyomo_backend is imported on the first call, so
+    rounds solved from arrays never load Pyomo."""
 
-    solve: Callable[..., SolveOutcome]
+    backend: str
+    solver: str | None = None
 
     def __call__(self, model: Any, s: Settings) -> tuple[SolveOutcome, float]:
+        from schedlab.solvers import pyomo_backend
+
+        solve = getattr(pyomo_backend, self.backend)
+        if self.solver is not None:
+            solve = partial(solve, solver=self.solver)
         t0 = time.perf_counter()
         pm = model.pyomo()
-        set_start(pm, model.start())
+        pyomo_backend.set_start(pm, model.start())
         build_s = time.perf_counter() - t0
-        return self.solve(pm, max(s.time_limit_s - build_s, 1e-3), s.mip_gap, warm_start=True), build_s
+        return solve(pm, max(s.time_limit_s - build_s, 1e-3), s.mip_gap, warm_start=True), build_s
 
 
 SOLVERS: dict[str, Callable[[Any, Settings], tuple[SolveOutcome, float]]] = {
     "highs": ArraySolver(solve_highs, extra=("lp_first",)),
     "cpsat": ArraySolver(solve_cpsat),
     "portfolio": ArraySolver(solve_portfolio, extra=("lp_first",)),
-    "appsi_highs": PyomoSolver(solve_appsi_highs),
-    **{name: PyomoSolver(partial(solve_legacy, solver=name)) for name in ("cbc", "glpk", "scip", "gurobi", "cplex")},
+    "appsi_highs": PyomoSolver("solve_appsi_highs"),
+    **{name: PyomoSolver("solve_legacy", name) for name in ("cbc", "glpk", "scip", "gurobi", "cplex")},
 }
 
 
