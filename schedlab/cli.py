@@ -151,6 +151,27 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from schedlab.serve import ARRAY_SOLVERS, ServeConfig, serve
+    except ImportError as exc:
+        return _fail(f"serve needs the serve extra ({exc.name} is missing): pip install 'schedlab[serve]'")
+    from schedlab.solvers.registry import SOLVERS
+
+    unknown = [s for s in args.allow_solver if s not in SOLVERS]
+    if unknown:
+        return _fail(f"--allow-solver {unknown[0]}: not in the registry; use one of {', '.join(SOLVERS)}")
+    workers = args.workers if args.workers is not None else ServeConfig().workers
+    for flag, value, low in (("--workers", workers, 1), ("--queue", args.queue, 0)):
+        if value < low:
+            return _fail(f"{flag}: must be at least {low}, got {value}")
+    if not 0 < args.max_time_limit <= 1e9:
+        return _fail(f"--max-time-limit: must be in (0, 1e9] seconds, got {args.max_time_limit}")
+    serve(ServeConfig(workers, args.queue, args.max_time_limit, allow_solvers=(*ARRAY_SOLVERS, *args.allow_solver)),
+          args.host, args.port)
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     print(_report(args.folder, args.format, args.figures, args.baseline, args.metric))
     return 0
@@ -289,6 +310,16 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--report", action="store_true", help="then print the table and write the figures")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
     sw.set_defaults(func=_cmd_sweep)
+
+    srv = sub.add_parser("serve", help="answer rounds over HTTP (POST /v1/solve) until SIGTERM; see schedlab/serve.py")
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=8080)
+    srv.add_argument("--workers", type=int, default=None, help="processes solving rounds (default: one per core)")
+    srv.add_argument("--queue", type=int, default=16, help="rounds admitted beyond the busy workers before 503")
+    srv.add_argument("--max-time-limit", type=float, default=60.0, help="cap on a round's time_limit_s (seconds)")
+    srv.add_argument("--allow-solver", action="append", default=[],
+                     help="also allow this registry solver (repeatable; highs, cpsat and portfolio always are)")
+    srv.set_defaults(func=_cmd_serve)
 
     rep = sub.add_parser("report", help="tables and figures from a sweep's results folder")
     rep.add_argument("folder", help="the sweep's --out folder")

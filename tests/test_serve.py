@@ -1,0 +1,149 @@
+"""schedlab serve, as a client sees it: a real server process on a free port, plain HTTP."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = json.loads((ROOT / "examples" / "round-16x4.json").read_text())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, *flags: str) -> None:
+        self.port = _free_port()
+        self.proc = subprocess.Popen([sys.executable, "-m", "schedlab.cli", "serve", "--port", str(self.port), *flags],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                self.get("/v1/health")
+                return
+            except OSError:
+                time.sleep(0.1)
+        self.proc.kill()
+        raise RuntimeError(f"server did not start: {self.proc.stdout.read()}")
+
+    def request(self, path: str, body: bytes | None = None) -> tuple[int, dict, dict]:
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=body, method="POST" if body else "GET")
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return resp.status, json.loads(resp.read()), dict(resp.headers)
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read()), dict(err.headers)
+
+    def get(self, path: str) -> dict:
+        return self.request(path)[1]
+
+    def solve(self, raw) -> tuple[int, dict, dict]:
+        return self.request("/v1/solve", json.dumps(raw).encode())
+
+    def stop(self) -> str:
+        self.proc.send_signal(signal.SIGTERM)
+        out, _ = self.proc.communicate(timeout=60)
+        return out
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = Server("--workers", "1")
+    yield srv
+    srv.stop()
+
+
+def _slow_round(limit_s: float) -> dict:
+    """A round that takes about its time limit: 400 jobs on 128 GPUs, CP-SAT with no proof in time."""
+    import numpy as np
+
+    from schedlab.bench import random_round
+    from schedlab.io import round_input_to_dict
+    from schedlab.state import Settings
+
+    ri = random_round(np.random.default_rng(1), 128, 400, settings=Settings(solver="cpsat", time_limit_s=limit_s, mip_gap=0.0))
+    return round_input_to_dict(ri)
+
+
+def test_a_round_is_answered_with_the_published_result(server):
+    status, result, headers = server.solve(EXAMPLE)
+    assert status == 200 and headers["content-type"] == "application/json"
+    jsonschema.validate(result, json.loads((ROOT / "schedlab" / "schemas" / "round_result.schema.json").read_text()))
+    from schedlab import solve_round
+
+    assert result["objective"] == pytest.approx(solve_round(EXAMPLE).objective)
+
+
+def test_bad_input_gets_a_400_listing_every_bad_field_and_the_server_lives_on(server):
+    raw = {**EXAMPLE, "settings": {"time_limit": 5, "solver": "cbc"}, "jobs": [{**EXAMPLE["jobs"][0], "age_s": -1}]}
+    status, body, _ = server.solve(raw)
+    assert status == 400 and body["error"] == "invalid_input"
+    fields = {p.split(":")[0] for p in body["problems"]}
+    assert {"settings.solver", "settings.time_limit", "jobs[0].age_s"} <= fields
+    status, body, _ = server.request("/v1/solve", b"\xff{not json")
+    assert status == 400 and "not UTF-8" in body["problems"][0]
+    assert server.solve(EXAMPLE)[0] == 200
+
+
+def test_a_solver_path_never_runs(server, tmp_path):
+    marker = tmp_path / "ran"
+    script = tmp_path / "solver.sh"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    script.chmod(0o755)
+    status, body, _ = server.solve({**EXAMPLE, "settings": {"solver": str(script)}})
+    assert status == 400 and body["problems"][0].startswith("settings.solver")
+    assert not marker.exists()
+
+
+def test_schema_registries_and_openapi_are_published(server):
+    assert server.get("/v1/schema")["title"]
+    assert set(server.get("/v1/registries")["formulations"]) == {"goodput", "joint", "placement"}
+    api = server.get("/v1/openapi.json")
+    assert api["openapi"].startswith("3.1") and "/v1/solve" in api["paths"]
+    assert api["components"]["schemas"]["RoundInput"] == server.get("/v1/schema")
+
+
+def test_beyond_workers_and_queue_a_round_is_told_503_with_retry_after():
+    srv = Server("--workers", "1", "--queue", "0")
+    try:
+        slow = threading.Thread(target=srv.solve, args=(_slow_round(3.0),))
+        slow.start()
+        time.sleep(1.0)  # the slow round holds the only worker
+        status, body, headers = srv.solve(EXAMPLE)
+        slow.join()
+        assert status == 503 and body["error"] == "busy" and headers["retry-after"] == "1"
+        assert srv.solve(EXAMPLE)[0] == 200  # admitted again once the worker is free
+    finally:
+        srv.stop()
+
+
+def test_sigterm_lets_the_round_in_flight_finish():
+    srv = Server("--workers", "1")
+    answers: list = []
+    slow = threading.Thread(target=lambda: answers.append(srv.solve(_slow_round(2.0))))
+    slow.start()
+    time.sleep(1.0)
+    srv.proc.send_signal(signal.SIGTERM)
+    slow.join(timeout=60)
+    srv.proc.wait(timeout=60)
+    assert answers and answers[0][0] == 200 and answers[0][1]["verified"]
+    assert srv.proc.returncode in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once drained
+    assert "Traceback" not in srv.proc.stdout.read()
