@@ -56,6 +56,7 @@ def _solve_stream(args: argparse.Namespace) -> int:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     from schedlab.bench import run_bench
+    from schedlab.io import json_text
 
     if args.scale:
         return _bench_scale(args)
@@ -64,7 +65,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                     time_limit_s=args.time_limit, freeze_fraction=args.freeze, formulation=args.formulation,
                     racks=args.racks, variability=args.variability)
     if args.json:
-        print(json.dumps(out))
+        print(json_text(out))
     else:
         for k, v in out.items():
             print(f"{k:14s} {v}")
@@ -73,6 +74,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 def _bench_scale(args: argparse.Namespace) -> int:
     from schedlab.bench import SCALE_GPUS, run_scale
+    from schedlab.io import json_text
 
     sizes = tuple(g for g in SCALE_GPUS if g <= args.max_gpus)
     rows = run_scale(sizes, seed=args.seed, time_limit_s=args.time_limit)
@@ -83,7 +85,7 @@ def _bench_scale(args: argparse.Namespace) -> int:
             print(f"{r['gpus']:>7,} {r['jobs']:>6,} {r['rounds']:>6} {r['partitions']:>5} {r['options_p50_ms']:>9.0f}ms {r['build_p50_ms']:>8.0f}ms "
                   f"{r['solve_p50_ms']:>8.0f}ms {r['total_p50_ms']:>8.0f}ms {r['total_p95_ms']:>8.0f}ms "
                   f"{r['gap_vs_lp_max']:>10.1e} {r['peak_mb']:>8.0f}  {r['status_counts']}")
-    print(json.dumps({"scale": rows}))
+    print(json_text({"scale": rows}))
     return 0
 
 
@@ -93,6 +95,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     import numpy as np
     from tqdm import tqdm
 
+    from schedlab.io import json_text
     from schedlab.policies import make_policy
     from schedlab.replay.engine import WORLDS, check_out_dir, replay, write_outputs
     from schedlab.traces import (load_sia_philly, load_workload, philly_trace_workload, sia_philly_jobs, trace_jobs,
@@ -129,7 +132,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     if args.out:
         write_outputs(result, args.out)
     if args.json:
-        print(json.dumps(result.summary))
+        print(json_text(result.summary))
     else:
         for k, v in result.summary.items():
             print(f"{k:18s} {v:.4g}" if isinstance(v, float) else f"{k:18s} {v}")
@@ -190,16 +193,18 @@ def _fail(message: str) -> int:
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from schedlab.calibrate.table import AllReduceModel, fit_table, read_table, table_frame, write_table
+    from schedlab.io import json_text
 
     if args.fit:
         try:
             fits = fit_table(read_table(args.fit))
         except (OSError, ValueError) as exc:
             return _fail(f"--fit {args.fit}: {exc}")
-        for f in fits:
-            print(f"{f.model:12s} {f.gpu_type:24s} points {f.points:3d}  step-time RMSLE {f.rmsle:.4f}")
-        if args.json:
-            print(json.dumps({f.model: {"gpu_type": f.gpu_type, "rmsle": f.rmsle, "points": f.points,
+        if not args.json:
+            for f in fits:
+                print(f"{f.model:12s} {f.gpu_type:24s} points {f.points:3d}  step-time RMSLE {f.rmsle:.4f}")
+        else:
+            print(json_text({f.model: {"gpu_type": f.gpu_type, "rmsle": f.rmsle, "points": f.points,
                                         "throughput_params": {f.gpu_type: f.params.__dict__}} for f in fits}))
         return 0
     if not args.model or not args.out:

@@ -601,6 +601,22 @@ def _freezing_to_dict(f: FreezeSpec) -> dict[str, Any]:
     return d
 
 
+def json_text(obj: Any, indent: int | None = None) -> str:
+    """JSON as every schedlab output writes it: standard JSON only, a NaN or infinity (a job that
+    never finished, a gap without a bound) written as null."""
+    return json.dumps(_nulls(obj), indent=indent, allow_nan=False)
+
+
+def _nulls(v: Any) -> Any:
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, Mapping):
+        return {k: _nulls(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_nulls(x) for x in v]
+    return v
+
+
 def _finite_or_none(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 

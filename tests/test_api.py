@@ -245,3 +245,11 @@ def test_cli_stream_answers_each_line_as_it_comes_and_goes_on_after_a_bad_one():
     assert "line 2: not valid JSON" in rest[0]["problems"][0]
     assert rest[1]["problems"][0].startswith("settings.time_limit: unknown key")
     assert rest[2]["objective"] == pytest.approx(first["objective"])
+
+
+def test_json_outputs_write_null_for_nan_and_infinity():
+    from schedlab.io import json_text
+
+    text = json_text({"mean_jct_s": math.nan, "gaps": [math.inf, 1.5], "nested": {"low": -math.inf}, "n": 3})
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in JSON output")) == {
+        "mean_jct_s": None, "gaps": [None, 1.5], "nested": {"low": None}, "n": 3}

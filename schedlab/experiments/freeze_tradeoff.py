@@ -12,7 +12,6 @@ Writes results.csv, freeze_sweep.csv and table.md to --out.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from schedlab.experiments import run_sweep_pair
+from schedlab.io import json_text
 
 PUBLISHED_CHANGE = (-0.48, -0.36)
 
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None, configs: Path | None = None) -> int:
     print(text)
     if args.json:
         change = change_vs(main_results)
-        print(json.dumps({
+        print(json_text({
             "mean_jct_change_vs_no_freeze": float(change["icefrog"]),
             "static_change_vs_no_freeze": float(change["static_freeze"]),
             "icefrog_change_vs": {b: float(change_vs(main_results, baseline=b)["icefrog"])

@@ -27,7 +27,7 @@ import numpy as np
 from schedlab.api import solve_round
 from schedlab.bench import random_round
 from schedlab.errors import InputError
-from schedlab.io import load_json, round_input_to_dict
+from schedlab.io import json_text, load_json, round_input_to_dict
 from schedlab.state import GpuRef, JobAllocation, RoundInput, Settings
 
 PROGRESS_EVERY = 5000  # valid rounds between progress lines on stderr
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in part.get("failures", []):
             print("  ", line)
     if args.json:
-        print(json.dumps(out))
+        print(json_text(out))
     return 0
 
 

@@ -14,7 +14,6 @@ policy per world and geomean_jct_reduction_vs_packed_sticky in PAL's world.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -24,6 +23,7 @@ import pandas as pd
 from scipy.stats import gmean
 
 from schedlab.experiments.pal_variability import reduction_vs
+from schedlab.io import json_text
 from schedlab.sweep import load_sweep, results_frame
 
 METRICS = {"mean_jct_s": "mean", "p99_jct_s": "mean", "makespan_s": "mean", "utilization": "mean",
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None, configs: Path | None = None) -> int:
     (out / "table.md").write_text(text)
     print(text)
     if args.json:
-        print(json.dumps({"mean_jct_s": {"variability": jct.to_dict(), "pal": pal.mean_jct_s.to_dict()},
+        print(json_text({"mean_jct_s": {"variability": jct.to_dict(), "pal": pal.mean_jct_s.to_dict()},
                           "geomean_jct_reduction_vs_packed_sticky": reduction,
                           "joint_le_pollux_and_pollux_pal": bool(jct["joint"] <= min(jct["pollux"], jct["pollux+pal"])),
                           "pollux_vs_joint": blind_gap, "wall_s": time.perf_counter() - t0}))

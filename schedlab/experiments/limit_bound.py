@@ -82,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     worst = max((r["ratio"] for r in rows.values() if r["ratio"] is not None), default=None)
     print(f"worst: {worst}x the limit")
     if args.json:
-        print(json.dumps({"limit_s": args.limit_s, "worst_ratio": worst, "cases": rows}))
+        from schedlab.io import json_text
+
+        print(json_text({"limit_s": args.limit_s, "worst_ratio": worst, "cases": rows}))
     return 0
 
 

@@ -16,7 +16,6 @@ Part (b) is the sweep experiments/configs/ones_vs_milp.toml (resumable: cells un
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -29,6 +28,7 @@ import pandas as pd
 
 from schedlab.api import solve_round
 from schedlab.experiments.pollux_artifact import run as run_replays
+from schedlab.io import json_text
 from schedlab.policies import Policy, make_policy
 from schedlab.replay.engine import ReplayConfig, replay
 from schedlab.solvers.evolutionary import Evolution, EvolutionConfig
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None, config: str | Path | None = None) -> int
                                   + "\n\n## (b) mean JCT (s)\n\n" + tab.to_markdown() + "\n\n" + "\n".join(lines) + "\n")
     figure(curve, tab, out / "ones_vs_milp")
     if args.json:
-        print(json.dumps({"mean_jct_s": {p: float(tab.loc["mean", p]) for p in tab.columns},
+        print(json_text({"mean_jct_s": {p: float(tab.loc["mean", p]) for p in tab.columns},
                           "quality_vs_milp": {str(b): float(f) for b, f in curve.mean_fraction.items()},
                           "ones_jct_change": change, "wall_s": time.perf_counter() - t0}))
     return 0

@@ -13,7 +13,6 @@ pal 43 %, pm_first 40 %. Writes results.csv, pal_locality.csv, pal_ablation.csv 
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ import pandas as pd
 from scipy.stats import gmean
 
 from schedlab.experiments import run_sweep_pair
+from schedlab.io import json_text
 from schedlab.sweep import load_sweep, results_frame
 
 PUBLISHED_REDUCTION = {"pal": 0.43, "pm_first": 0.40}
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None, configs: Path | None = None) -> int:
     (out / "table.md").write_text(text)
     print(text)
     if args.json:
-        print(json.dumps({"geomean_jct_reduction_vs_packed_sticky": reduction,
+        print(json_text({"geomean_jct_reduction_vs_packed_sticky": reduction,
                           "by_locality_penalty": {str(k): v for k, v in locality.items()},
                           "by_semantics": {"/".join(map(str, k)): v for k, v in abl_table.T.to_dict().items()},
                           "wall_s": time.perf_counter() - t0}))

@@ -11,7 +11,6 @@ the greedy it is warm-started from (never below it), for an array solver of the 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -20,6 +19,7 @@ import numpy as np
 from schedlab.clusters import ClusterSpec, make_cluster
 from schedlab.formulations.placement import (EXACT_MAX_GPUS, PlacementGpu, PlacementInput, PlacementJob, build,
                                              placement_objective, solve_placement)
+from schedlab.io import json_text
 from schedlab.models.variability import CLASSES
 from schedlab.policies.placement import pal_greedy
 from schedlab.solvers.registry import array_solver_names
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{model_size}  exact ({args.solver}) p50 {s['exact_p50_ms']:8.0f} ms, "
               f"proven {s['proven']}/{s['runs']}, objective vs greedy {s['exact_vs_greedy_mean']:+.2%}", flush=True)
     if args.json:
-        print(json.dumps({"solver": args.solver, "time_limit_s": args.time_limit, "by_gpus": summary}))
+        print(json_text({"solver": args.solver, "time_limit_s": args.time_limit, "by_gpus": summary}))
     return 0
 
 

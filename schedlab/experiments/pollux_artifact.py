@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from schedlab.io import json_text
 from schedlab.models.profiles import data_dir
 from schedlab.policies import POLICIES
 from schedlab.sweep import load_sweep, results_frame
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None, config: str | Path | None = None) -> int
     print(f"\nwall time {wall_s:.0f} s with {args.processes} processes; per replay CPU s: "
           + ", ".join(f"{p} {g:.1f}" for p, g in results.groupby("policy").cpu_s.mean().items()))
     if args.json:
-        print(json.dumps(headline(tab) | {"wall_s": wall_s}))
+        print(json_text(headline(tab) | {"wall_s": wall_s}))
     return 0
 
 

@@ -5,13 +5,13 @@ prints the summary, the CPU seconds and the rounds, JSON last."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import replace
 
 import numpy as np
 
+from schedlab.io import json_text
 from schedlab.policies import make_policy
 from schedlab.replay.engine import WORLDS, replay
 from schedlab.traces import load_workload, philly_workload, trace_jobs
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     result = replay(trace_jobs(workload), make_policy(args.policy, params), config)
     out = {"policy": args.policy, "jobs": len(workload), "gpus": config.total_gpus,
            "cpu_s": time.process_time() - t0} | result.summary
-    print(json.dumps(out))
+    print(json_text(out))
     return 0
 
 

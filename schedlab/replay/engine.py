@@ -34,7 +34,6 @@ left (JobSpec.freezing), and a job runs each round with the groups its allocatio
 from __future__ import annotations
 
 import collections
-import json
 import math
 import os
 import time
@@ -48,7 +47,7 @@ from threadpoolctl import threadpool_limits
 
 from schedlab.clusters import VARIABILITY, ClusterSpec, make_cluster
 from schedlab.errors import ConfigError
-from schedlab.io import spreadsheet_safe
+from schedlab.io import json_text, spreadsheet_safe
 from schedlab.models.freezing import DEFAULT_BUDGET, layer_profile
 from schedlab.models.profiles import POLLUX_GPU_TYPE, shipped_profiles
 from schedlab.models.throughput import MeasuredTable
@@ -387,7 +386,7 @@ def write_outputs(result: ReplayResult, out_dir: str | Path) -> None:
     out = check_out_dir(out_dir)
     spreadsheet_safe(result.jobs).to_csv(out / "jobs.csv", index=False)
     spreadsheet_safe(result.rounds).to_csv(out / "rounds.csv", index=False)
-    (out / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n")
+    (out / "summary.json").write_text(json_text(result.summary, indent=2) + "\n")
 
 
 def _jobs_frame(states: dict[str, JobState], truths: dict[str, ApplicationTruth], gpus_per_node: int,
