@@ -24,6 +24,7 @@ from schedlab.state import (
     FreezeSpec,
     GpuRef,
     GradStats,
+    JobAllocation,
     JobSpec,
     LayerGroup,
     Node,
@@ -627,6 +628,19 @@ def error_to_dict(exc: SchedlabError) -> dict[str, Any]:
     if isinstance(exc, InputError):
         return {"error": "invalid_input", "problems": exc.problems}
     return {"error": "failed", "problems": [str(exc)]}
+
+
+def round_result_from_dict(raw: Mapping[str, Any]) -> RoundResult:
+    """A result as round_result_to_dict (or the service) writes it, back as a RoundResult
+    (null objective, bound or gap as NaN, NaN and infinity)."""
+    allocations = tuple(JobAllocation(
+        a["job_id"], tuple(GpuRef(g["node"], g["gpu"]) for g in a["gpus"]), a["total_bsz"], a["local_bsz"],
+        a["accum_steps"], a["goodput"], a["speedup"], a["restarted"], a["frozen_groups"], a["freeze_penalty"])
+        for a in raw["allocations"])
+    number = lambda key, missing: missing if raw[key] is None else raw[key]  # noqa: E731
+    return RoundResult(allocations, raw["status"], raw["solver"], number("objective", math.nan),
+                       number("bound", math.nan), number("gap", math.inf), raw["build_s"], raw["solve_s"],
+                       raw["verified"], raw["message"], raw["options_s"])
 
 
 def round_result_to_dict(res: RoundResult) -> dict[str, Any]:

@@ -147,3 +147,30 @@ def test_sigterm_lets_the_round_in_flight_finish():
     assert answers and answers[0][0] == 200 and answers[0][1]["verified"]
     assert srv.proc.returncode in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once drained
     assert "Traceback" not in srv.proc.stdout.read()
+
+
+def test_the_shell_client_prints_the_allocations_and_the_problems(server, tmp_path):
+    client = ROOT / "examples" / "schedlab-client.sh"
+    url = f"http://127.0.0.1:{server.port}"
+    ok = subprocess.run([str(client), str(ROOT / "examples" / "round-16x4.json"), url], capture_output=True, text=True)
+    assert ok.returncode == 0 and ok.stdout.startswith("status optimal")
+    assert len(ok.stdout.strip().splitlines()) == 1 + len(EXAMPLE["jobs"])
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**EXAMPLE, "settings": {"mip_gap": -1}}))
+    refused = subprocess.run([str(client), str(bad), url], capture_output=True, text=True)
+    assert refused.returncode == 2 and "settings.mip_gap" in refused.stderr
+
+
+def test_a_replay_driven_through_the_service_matches_the_local_replay(server, tmp_path):
+    import numpy as np
+
+    from schedlab.traces import synthetic_workload
+
+    workload = tmp_path / "w.csv"
+    synthetic_workload(8, 2.0, np.random.default_rng(3), mix={"ncf": 1, "cifar10": 1}).to_csv(workload, index=False)
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "service_replay.py"), "--workload", str(workload),
+                          "--url", f"http://127.0.0.1:{server.port}"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    assert figures["rounds"] > 10
+    assert figures["service_mean_jct_s"] == figures["local_mean_jct_s"]

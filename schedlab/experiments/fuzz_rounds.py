@@ -170,10 +170,17 @@ MUTATIONS: dict[str, Callable] = {"drop": _drop, "duplicate": _duplicate, "retyp
 def mutated_bytes(rng: np.random.Generator) -> tuple[str, bytes]:
     """A valid round's JSON with one field mutated, as the bytes a client would send (Latin-1
     now and then, UTF-8 otherwise)."""
+    kind, _, data = mutated_case(rng)
+    return kind, data
+
+
+def mutated_case(rng: np.random.Generator) -> tuple[str, tuple, bytes]:
+    """mutated_bytes's mutation, the path of the field it mutated, and the bytes."""
     raw = round_input_to_dict(valid_round(rng))
     kind = list(MUTATIONS)[rng.integers(len(MUTATIONS))]
     paths = _paths(raw)
-    MUTATIONS[kind](rng, raw, paths[rng.integers(len(paths))])
+    path = paths[rng.integers(len(paths))]
+    MUTATIONS[kind](rng, raw, path)
     text = json.dumps(raw, ensure_ascii=False, allow_nan=True)
     if _NEST in text:
         head, tail = text.split(f'["{_NEST}", ', 1)
@@ -181,7 +188,7 @@ def mutated_bytes(rng: np.random.Generator) -> tuple[str, bytes]:
         value, tail = _split_value(rest)
         text = head + "[" * int(depth) + value + "]" * int(depth) + tail
     encoding = "latin-1" if kind == "re-encode" and rng.random() < 0.5 else "utf-8"
-    return kind, text.encode(encoding, errors="surrogateescape" if encoding == "utf-8" else "replace")
+    return kind, path, text.encode(encoding, errors="surrogateescape" if encoding == "utf-8" else "replace")
 
 
 def _split_value(text: str) -> tuple[str, str]:
