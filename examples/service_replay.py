@@ -1,11 +1,13 @@
 """A scheduler loop that asks a schedlab service for every round: the replay engine keeps the
-cluster and the jobs, and a policy object sends each round over HTTP instead of solving it.
+cluster and the jobs, and a policy object sends each round over HTTP instead of scheduling it.
 
     schedlab serve --port 8080 &
     python examples/service_replay.py --workload workload-6 --policy pollux --url http://127.0.0.1:8080
 
-It prints the mean JCT of the replay through the service and of `schedlab replay`'s own, which
-match: the service solves the very rounds solve_round() would.
+Each round goes to POST /v1/policies/POLICY/rounds under one state_id, so the service runs the
+named policy (its settings, its view of the jobs, and for tiresias or ones its queues or
+population, kept between rounds). It prints the mean JCT of the replay through the service and
+of `schedlab replay`'s own, which match.
 """
 
 from __future__ import annotations
@@ -14,13 +16,13 @@ import argparse
 import http.client
 import json
 import sys
+import uuid
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from schedlab.io import round_input_to_dict, round_result_from_dict
 from schedlab.policies import make_policy
-from schedlab.policies.goodput import GoodputPolicy
 from schedlab.replay.engine import WORLDS, replay
 from schedlab.state import RoundInput, RoundResult
 from schedlab.traces import load_workload, trace_jobs
@@ -28,22 +30,22 @@ from schedlab.traces import load_workload, trace_jobs
 
 @dataclass
 class ServicePolicy:
-    """A goodput policy (pollux, sia, ...) whose rounds the service at `url` solves: the same
-    round as the local policy would solve (its settings, its view of each job), sent as JSON."""
+    """A policy of the registry run by the service at `url` under `state_id`; the local
+    instance only tells the replay how its jobs behave (batch_mode, throughput_model)."""
 
-    local: GoodputPolicy
+    name: str
     url: str
+    state_id: str
 
     def __post_init__(self) -> None:
-        self.name, self.batch_mode, self.throughput_model = (self.local.name, self.local.batch_mode,
-                                                             self.local.throughput_model)
+        local = make_policy(self.name)
+        self.batch_mode, self.throughput_model = local.batch_mode, local.throughput_model
         parts = urlsplit(self.url)
         self.conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=300)
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
-        jobs = tuple(self.local.sized(self.local.prepare(job)) for job in round_input.jobs)
-        body = json.dumps(round_input_to_dict(replace(round_input, jobs=jobs, settings=self.local.settings)))
-        self.conn.request("POST", "/v1/solve", body, {"Content-Type": "application/json"})
+        path = f"/v1/policies/{quote(self.name)}/rounds?state_id={quote(self.state_id)}"
+        self.conn.request("POST", path, json.dumps(round_input_to_dict(round_input)), {"Content-Type": "application/json"})
         resp = self.conn.getresponse()
         answer: dict[str, Any] = json.loads(resp.read())
         if resp.status != 200:
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = trace_jobs(load_workload(args.workload))
     config = WORLDS["pollux"]  # `schedlab replay`'s default world, with its horizon rule
     config = replace(config, horizon_s=max(config.horizon_s, max(j.submit_s for j in jobs) + config.horizon_s))
-    remote = replay(jobs, ServicePolicy(make_policy(args.policy), args.url), config)
+    remote = replay(jobs, ServicePolicy(args.policy, args.url, f"replay-{uuid.uuid4().hex}"), config)
     local = replay(jobs, make_policy(args.policy), config)
     print(json.dumps({"service_mean_jct_s": remote.summary["mean_jct_s"],
                       "local_mean_jct_s": local.summary["mean_jct_s"], "rounds": remote.summary["rounds"]}))

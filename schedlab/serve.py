@@ -6,11 +6,16 @@
                             limit, 503 when every worker is busy and the queue is full
     GET  /v1/health         {"status": "ok", "version", "workers", "in_flight", "capacity"}
     GET  /v1/schema         the round input schema; /v1/schema/result the result's
-    GET  /v1/registries     the formulations and the solvers a request may name
+    GET  /v1/registries     the formulations, solvers and policies a request may name
+    POST /v1/policies/{policy}/rounds?state_id=ID
+                            a round scheduled by a named policy of the registry (tiresias, ones,
+                            pollux+pal, ...) whose state (queues, population) the service keeps
+                            under ID from round to round; 409 if ID holds another policy
+    DELETE /v1/states/{ID}  forget a policy state
     GET  /v1/openapi.json   this API as OpenAPI 3.1
 
 Rounds are solved on a pool of processes (one per core by default), so a round never blocks
-the server; at most `workers + queue` rounds are admitted at once, the rest are told 503 with
+the server (a policy state's rounds run on threads of the server, one round per state at a time); at most `workers + queue` rounds are admitted at once, the rest are told 503 with
 Retry-After. A round's time limit is its own (settings.time_limit_s), at most the operator's
 `max_time_limit_s`. Only the array solvers (highs, cpsat, portfolio) run unless the operator
 enables more of the registry (`allow_solvers`): a request never names a program. SIGTERM stops
@@ -25,7 +30,8 @@ import asyncio
 import json
 import os
 from collections.abc import AsyncIterator
-from concurrent.futures import ProcessPoolExecutor
+import re
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +48,7 @@ from schedlab.state import Settings
 
 ARRAY_SOLVERS = ("highs", "cpsat", "portfolio")
 SCHEMAS = Path(__file__).parent / "schemas"
+STATE_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")  # a policy state's name
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,7 @@ class ServeConfig:
     max_time_limit_s: float = 60.0
     max_body_bytes: int = 64 * 2**20  # the largest round the schema allows is ~40 MB
     allow_solvers: tuple[str, ...] = ARRAY_SOLVERS
+    max_states: int = 256  # policy states held at once
 
 
 def solve_request(body: bytes, config: ServeConfig) -> tuple[int, dict[str, Any]]:
@@ -114,7 +122,7 @@ def openapi() -> dict[str, Any]:
     round_input = json.loads((SCHEMAS / "round_input.schema.json").read_text())
     round_result = json.loads((SCHEMAS / "round_result.schema.json").read_text())
     error = {"type": "object", "required": ["error", "problems"], "properties": {
-        "error": {"enum": ["invalid_input", "failed", "busy", "too_large"]},
+        "error": {"enum": ["invalid_input", "failed", "busy", "too_large", "conflict", "not_found"]},
         "problems": {"type": "array", "items": {"type": "string"}}}}
     as_json = lambda ref: {"content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}}}  # noqa: E731
     return {
@@ -131,24 +139,60 @@ def openapi() -> dict[str, Any]:
             "/v1/health": {"get": {"summary": "Liveness and load", "responses": {"200": {"description": "ok"}}}},
             "/v1/schema": {"get": {"summary": "The round input schema", "responses": {"200": {"description": "ok"}}}},
             "/v1/schema/result": {"get": {"summary": "The result schema", "responses": {"200": {"description": "ok"}}}},
-            "/v1/registries": {"get": {"summary": "Formulations and solvers by name",
+            "/v1/registries": {"get": {"summary": "Formulations, solvers and policies by name",
                                        "responses": {"200": {"description": "ok"}}}},
+            "/v1/policies/{policy}/rounds": {"post": {
+                "summary": "One round of a named policy whose state the service keeps under state_id",
+                "parameters": [{"name": "policy", "in": "path", "required": True, "schema": {"type": "string"}},
+                               {"name": "state_id", "in": "query", "required": True,
+                                "schema": {"type": "string", "pattern": STATE_ID.pattern}}],
+                "requestBody": {"required": True, **as_json("RoundInput")},
+                "responses": {"200": {"description": "the policy's verified allocation", **as_json("RoundResult")},
+                              "400": {"description": "invalid round or policy", **as_json("Error")},
+                              "409": {"description": "state_id holds another policy", **as_json("Error")},
+                              "503": {"description": "busy, or too many states", **as_json("Error")}}}},
+            "/v1/states/{state_id}": {"delete": {
+                "summary": "Forget a policy state",
+                "parameters": [{"name": "state_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+                "responses": {"204": {"description": "forgotten"}, "404": {"description": "no such state"}}}},
         },
         "components": {"schemas": {"RoundInput": round_input, "RoundResult": round_result, "Error": error}},
     }
 
 
+@dataclass
+class PolicyState:
+    name: str
+    policy: Any
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one round at a time: rounds change the state
+
+
+def schedule_with(policy: Any, body: bytes) -> tuple[int, dict[str, Any]]:
+    """One round of a policy state, on a server thread: (HTTP status, JSON body)."""
+    from schedlab.io import error_to_dict, load_json, parse_round_input, round_result_to_dict
+
+    try:
+        return 200, round_result_to_dict(policy.schedule(parse_round_input(load_json(body, "body"))))
+    except InputError as exc:
+        return 400, error_to_dict(exc)
+    except SchedlabError as exc:
+        return 500, error_to_dict(exc)
+
+
 def make_app(config: ServeConfig) -> Starlette:
     admission = Admission(config.workers + config.queue)
-    pool: dict[str, ProcessPoolExecutor] = {}
+    pool: dict[str, Any] = {}
+    states: dict[str, PolicyState] = {}
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         pool["rounds"] = ProcessPoolExecutor(max_workers=config.workers)
+        pool["states"] = ThreadPoolExecutor(max_workers=config.workers)
         try:
             yield
-        finally:
-            pool["rounds"].shutdown(wait=True)  # after uvicorn drained the requests in flight
+        finally:  # after uvicorn drained the requests in flight
+            pool["rounds"].shutdown(wait=True)
+            pool["states"].shutdown(wait=True)
 
     async def solve(request: Request) -> Response:
         size = request.headers.get("content-length")
@@ -169,6 +213,43 @@ def make_app(config: ServeConfig) -> Starlette:
         finally:
             admission.leave()
 
+    async def policy_round(request: Request) -> Response:
+        from schedlab.errors import ConfigError
+        from schedlab.policies import make_policy
+
+        name, state_id = request.path_params["policy"], request.query_params.get("state_id", "")
+        if not STATE_ID.fullmatch(state_id):
+            return _json({"error": "invalid_input", "problems": [
+                "state_id: required, 1-128 characters of letters, digits, '.', '_' or '-'"]}, 400)
+        state = states.get(state_id)
+        if state is None:
+            if len(states) >= config.max_states:
+                return _json({"error": "busy", "problems": [
+                    f"{len(states)} policy states held, the most this service keeps; DELETE /v1/states/ID"]}, 503)
+            try:
+                state = states[state_id] = PolicyState(name, make_policy(name))
+            except ConfigError as exc:
+                return _json({"error": "invalid_input", "problems": [f"policy: {exc}"]}, 400)
+        if state.name != name:
+            return _json({"error": "conflict", "problems": [
+                f"state_id {state_id!r} holds a {state.name} policy; use it with {state.name}, or another id"]}, 409)
+        if not admission.try_enter():
+            return _json({"error": "busy", "problems": ["every worker busy and the queue full; retry shortly"]},
+                         503, {"Retry-After": "1"})
+        try:
+            body = await request.body()
+            async with state.lock:
+                status, out = await asyncio.get_running_loop().run_in_executor(
+                    pool["states"], schedule_with, state.policy, body)
+            return _json(out, status)
+        finally:
+            admission.leave()
+
+    async def forget(request: Request) -> Response:
+        if states.pop(request.path_params["state_id"], None) is None:
+            return _json({"error": "not_found", "problems": ["state_id: no such state"]}, 404)
+        return Response(status_code=204)
+
     async def health(_: Request) -> Response:
         return _json({"status": "ok", "version": __version__, "workers": config.workers,
                       "in_flight": admission.in_flight, "capacity": admission.capacity})
@@ -176,7 +257,10 @@ def make_app(config: ServeConfig) -> Starlette:
     async def registries(_: Request) -> Response:
         from schedlab.formulations import FORMULATIONS
 
-        return _json({"formulations": sorted(FORMULATIONS), "solvers": list(config.allow_solvers)})
+        from schedlab.policies import policy_names
+
+        return _json({"formulations": sorted(FORMULATIONS), "solvers": list(config.allow_solvers),
+                      "policies": policy_names()})
 
     def static(document: dict[str, Any]):
         async def endpoint(_: Request) -> Response:
@@ -189,6 +273,8 @@ def make_app(config: ServeConfig) -> Starlette:
         Route("/v1/schema", static(json.loads((SCHEMAS / "round_input.schema.json").read_text()))),
         Route("/v1/schema/result", static(json.loads((SCHEMAS / "round_result.schema.json").read_text()))),
         Route("/v1/registries", registries),
+        Route("/v1/policies/{policy}/rounds", policy_round, methods=["POST"]),
+        Route("/v1/states/{state_id}", forget, methods=["DELETE"]),
         Route("/v1/openapi.json", static(openapi())),
     ], lifespan=lifespan)
 

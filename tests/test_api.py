@@ -253,3 +253,15 @@ def test_json_outputs_write_null_for_nan_and_infinity():
     text = json_text({"mean_jct_s": math.nan, "gaps": [math.inf, 1.5], "nested": {"low": -math.inf}, "n": 3})
     assert json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in JSON output")) == {
         "mean_jct_s": None, "gaps": [None, 1.5], "nested": {"low": None}, "n": 3}
+
+
+@pytest.mark.parametrize("name", sorted(__import__("schedlab.policies", fromlist=["POLICIES"]).POLICIES))
+def test_every_policy_answers_a_round_another_scheduler_made(name):
+    # The service hands a policy whatever round a client sends: jobs already running on GPU
+    # counts this policy would not have chosen (fifo kept them even where their batch could not
+    # split over them, and failed verification).
+    from schedlab.io import parse_round_input
+    from schedlab.policies import make_policy
+
+    result = make_policy(name).schedule(parse_round_input(_example()))
+    assert result.verified and {a.job_id for a in result.allocations} == {j["id"] for j in _example()["jobs"]}

@@ -161,7 +161,8 @@ def test_the_shell_client_prints_the_allocations_and_the_problems(server, tmp_pa
     assert refused.returncode == 2 and "settings.mip_gap" in refused.stderr
 
 
-def test_a_replay_driven_through_the_service_matches_the_local_replay(server, tmp_path):
+@pytest.mark.parametrize("policy", ["pollux", "tiresias"])  # tiresias: its queues live in the service
+def test_a_replay_driven_through_the_service_matches_the_local_replay(server, tmp_path, policy):
     import numpy as np
 
     from schedlab.traces import synthetic_workload
@@ -169,8 +170,24 @@ def test_a_replay_driven_through_the_service_matches_the_local_replay(server, tm
     workload = tmp_path / "w.csv"
     synthetic_workload(8, 2.0, np.random.default_rng(3), mix={"ncf": 1, "cifar10": 1}).to_csv(workload, index=False)
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "service_replay.py"), "--workload", str(workload),
-                          "--url", f"http://127.0.0.1:{server.port}"], capture_output=True, text=True, timeout=600)
+                          "--policy", policy, "--url", f"http://127.0.0.1:{server.port}"],
+                         capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     figures = json.loads(out.stdout.strip().splitlines()[-1])
     assert figures["rounds"] > 10
     assert figures["service_mean_jct_s"] == figures["local_mean_jct_s"]
+
+
+def test_a_policy_state_holds_one_policy_and_can_be_forgotten(server):
+    body = json.dumps(EXAMPLE).encode()
+    assert server.request("/v1/policies/tiresias/rounds?state_id=a", body)[0] == 200
+    status, answer, _ = server.request("/v1/policies/fifo/rounds?state_id=a", body)
+    assert status == 409 and "holds a tiresias policy" in answer["problems"][0]
+    status, answer, _ = server.request("/v1/policies/nosuch/rounds?state_id=b", body)
+    assert status == 400 and answer["problems"][0].startswith("policy: unknown policy 'nosuch'")
+    status, answer, _ = server.request("/v1/policies/tiresias/rounds?state_id=../x", body)
+    assert status == 400 and answer["problems"][0].startswith("state_id")
+    delete = urllib.request.Request(f"http://127.0.0.1:{server.port}/v1/states/a", method="DELETE")
+    with urllib.request.urlopen(delete) as resp:
+        assert resp.status == 204
+    assert server.request("/v1/policies/fifo/rounds?state_id=a", body)[0] == 200  # a fresh state

@@ -86,6 +86,12 @@ def _requested(job: JobSpec) -> int:
     return job.requested_gpus or job.min_gpus
 
 
+def _runs_its_batch_on(job: JobSpec, num_gpus: int) -> bool:
+    """Whether the job's submitted batch splits over num_gpus GPUs within its per-GPU limits."""
+    micro, _ = split_fixed_batch(job.fixed_bsz or job.requested_bsz or job.batch.init_bsz, num_gpus, job.batch)
+    return job.batch.min_local_bsz <= micro <= job.batch.max_local_bsz
+
+
 @dataclass
 class TiresiasPolicy:
     threshold_gpu_s: float = 16 * 3600.0
@@ -156,7 +162,10 @@ class FifoPolicy:
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
         t0 = time.perf_counter()
-        counts = {j.id: len(j.current_gpus) for j in round_input.jobs if j.current_gpus}
+        # a running job stays on its GPUs, unless its batch cannot run on that many (a round
+        # handed over from another policy): then it queues again at its requested count
+        counts = {j.id: len(j.current_gpus) for j in round_input.jobs
+                  if j.current_gpus and _runs_its_batch_on(j, len(j.current_gpus))}
         left = round_input.cluster.total_gpus - sum(counts.values())
         for job in arrival_order(round_input.jobs):
             if job.id in counts:
