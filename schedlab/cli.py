@@ -165,11 +165,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if unknown:
         return _fail(f"--allow-solver {unknown[0]}: not in the registry; use one of {', '.join(SOLVERS)}")
     workers = args.workers if args.workers is not None else ServeConfig().workers
-    for flag, value, low in (("--workers", workers, 1), ("--queue", args.queue, 0)):
-        if value < low:
-            return _fail(f"{flag}: must be at least {low}, got {value}")
-    if not 0 < args.max_time_limit <= 1e9:
-        return _fail(f"--max-time-limit: must be in (0, 1e9] seconds, got {args.max_time_limit}")
     serve(ServeConfig(workers, args.queue, args.max_time_limit, allow_solvers=(*ARRAY_SOLVERS, *args.allow_solver)),
           args.host, args.port)
     return 0
@@ -239,6 +234,26 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _number(kind: type, low: float, high: float = math.inf, low_open: bool = False):
+    """An argparse type: a finite `kind` in [low, high] ((low, high] with low_open), so a flag is
+    checked as the JSON field it stands for is; argparse names the flag in the error."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'}, got {text!r}")
+        if not math.isfinite(value) or value < low or (low_open and value == low) or value > high:
+            bounds = f"in {'(' if low_open else '['}{low:g}, {high:g}]" if high < math.inf else (
+                f"{'>' if low_open else '>='} {low:g}")
+            raise argparse.ArgumentTypeError(f"must be {bounds}, got {text}")
+        return value
+    return parse
+
+
+POSITIVE_S = _number(float, 0.0, 1e9, low_open=True)  # seconds, as the schema bounds them
+COUNT = _number(int, 1)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="schedlab", description="GPU-cluster scheduling rounds as optimization models")
     parser.add_argument("--version", action="version", version=f"schedlab {__version__}")
@@ -250,26 +265,26 @@ def build_parser() -> argparse.ArgumentParser:
     solve.add_argument("--stream", action="store_true",
                        help="JSON lines: one round per line in, one result (or error) line out per round, flushed")
     solve.add_argument("--solver", default=None, help="portfolio (default: highs, then highs and cpsat raced), highs, cpsat, appsi_highs, or a Pyomo solver")
-    solve.add_argument("--time-limit", type=float, default=None, help="solver time limit in seconds")
+    solve.add_argument("--time-limit", type=POSITIVE_S, default=None, help="solver time limit in seconds")
     solve.add_argument("--pretty", action="store_true", help="indent the output JSON")
     solve.set_defaults(func=_cmd_solve)
 
     bench = sub.add_parser("bench", help="solve random rounds from the shipped profiles and report latency")
-    bench.add_argument("--gpus", type=int, default=64)
-    bench.add_argument("--jobs", type=int, default=100)
-    bench.add_argument("--rounds", type=int, default=20)
+    bench.add_argument("--gpus", type=COUNT, default=64)
+    bench.add_argument("--jobs", type=_number(int, 0), default=100)
+    bench.add_argument("--rounds", type=COUNT, default=20)
     bench.add_argument("--solver", default=Settings.solver, help="a solver name, as in solve")
     bench.add_argument("--p", default="-1", help="power-mean exponent, or -inf for max-min")
-    bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument("--time-limit", type=float, default=10.0)
-    bench.add_argument("--freeze", type=float, default=0.0, help="fraction of jobs that opt in to layer freezing")
+    bench.add_argument("--seed", type=_number(int, 0, 2**53), default=0)
+    bench.add_argument("--time-limit", type=POSITIVE_S, default=10.0)
+    bench.add_argument("--freeze", type=_number(float, 0.0, 1.0), default=0.0, help="fraction of jobs that opt in to layer freezing")
     bench.add_argument("--formulation", default="goodput", help="the round model: goodput, joint or placement")
-    bench.add_argument("--racks", type=int, default=0, help="spread the nodes over this many racks (0: no topology)")
+    bench.add_argument("--racks", type=_number(int, 0), default=0, help="spread the nodes over this many racks (0: no topology)")
     bench.add_argument("--variability", default="none",
                        help="GPU variability: none, measured (PAL's Longhorn GPUs, seen as tiers) or centroids")
     bench.add_argument("--scale", action="store_true",
                        help="one table from 64 to 65,536 GPUs (jobs = GPUs / 2), each size in a fresh process")
-    bench.add_argument("--max-gpus", type=int, default=65536, help="with --scale: the largest size to run")
+    bench.add_argument("--max-gpus", type=_number(int, 64), default=65536, help="with --scale: the largest size to run")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(func=_cmd_bench)
 
@@ -279,17 +294,17 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--sia-philly", help="a Sia-Philly trace (CSV, or a shipped name workload-1..8)")
     trace.add_argument("--trace", choices=["philly"],
                        help="the shipped Philly trace at its real timestamps (82,247 jobs over 109 days)")
-    rp.add_argument("--start-day", type=float, default=0.0, help="with --trace: the window's first day")
-    rp.add_argument("--days", type=float, default=None, help="with --trace: the window's length (default: to the end)")
+    rp.add_argument("--start-day", type=_number(float, 0.0), default=0.0, help="with --trace: the window's first day")
+    rp.add_argument("--days", type=_number(float, 0.0, low_open=True), default=None, help="with --trace: the window's length (default: to the end)")
     rp.add_argument("--world", default="pollux",
                     help="the simulated world (replay.engine.WORLDS): pollux (the Pollux artifact's), pal (PAL's "
                          "simulator), variability (pollux on PAL's measured GPUs and 4 racks)")
     rp.add_argument("--policy", required=True,
                     help="a policy of the registry, e.g. pollux, icefrog, tiresias, ones (an unknown name lists all)")
-    rp.add_argument("--nodes", type=int, default=None, help="default: the world's (16)")
-    rp.add_argument("--gpus-per-node", type=int, default=None, help="default: the world's (4)")
-    rp.add_argument("--round-s", type=float, default=None, help="scheduling interval in seconds (default: the world's)")
-    rp.add_argument("--restart-delay-s", type=float, default=None,
+    rp.add_argument("--nodes", type=COUNT, default=None, help="default: the world's (16)")
+    rp.add_argument("--gpus-per-node", type=COUNT, default=None, help="default: the world's (4)")
+    rp.add_argument("--round-s", type=POSITIVE_S, default=None, help="scheduling interval in seconds (default: the world's)")
+    rp.add_argument("--restart-delay-s", type=_number(float, 0.0, 1e9), default=None,
                     help="seconds without progress after each (re)start (default: the world's)")
     rp.add_argument("--model", choices=["online", "oracle"], default=None,
                     help="throughput model the policy sees (default: the policy's own)")
@@ -310,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--tls-key", default=None, help="with --address tls://: this client's private key")
     sw.add_argument("--insecure", action="store_true",
                     help="allow a remote tcp:// scheduler (its answerers run code here: trusted networks only)")
-    sw.add_argument("--workers", type=int, default=None, help="processes or LocalCluster workers (default: CPU count)")
+    sw.add_argument("--workers", type=COUNT, default=None, help="processes or LocalCluster workers (default: CPU count)")
     sw.add_argument("--out", default=None, help="results folder (default: results/<sweep name>)")
     sw.add_argument("--report", action="store_true", help="then print the table and write the figures")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -318,10 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     srv = sub.add_parser("serve", help="answer rounds over HTTP (POST /v1/solve) until SIGTERM; see schedlab/serve.py")
     srv.add_argument("--host", default="127.0.0.1")
-    srv.add_argument("--port", type=int, default=8080)
-    srv.add_argument("--workers", type=int, default=None, help="processes solving rounds (default: one per core)")
-    srv.add_argument("--queue", type=int, default=16, help="rounds admitted beyond the busy workers before 503")
-    srv.add_argument("--max-time-limit", type=float, default=60.0, help="cap on a round's time_limit_s (seconds)")
+    srv.add_argument("--port", type=_number(int, 1, 65535), default=8080)
+    srv.add_argument("--workers", type=COUNT, default=None, help="processes solving rounds (default: one per core)")
+    srv.add_argument("--queue", type=_number(int, 0), default=16, help="rounds admitted beyond the busy workers before 503")
+    srv.add_argument("--max-time-limit", type=POSITIVE_S, default=60.0, help="cap on a round's time_limit_s (seconds)")
     srv.add_argument("--allow-solver", action="append", default=[],
                      help="also allow this registry solver (repeatable; highs, cpsat and portfolio always are)")
     srv.set_defaults(func=_cmd_serve)
@@ -339,12 +354,12 @@ def build_parser() -> argparse.ArgumentParser:
                      "gpt2-small, ncf, tiny-mlp")
     cal.add_argument("--batch-sizes", default="1,2,4,8,16,32,64,128", help="local batch sizes, comma-separated")
     cal.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    cal.add_argument("--warmup", type=int, default=3)
-    cal.add_argument("--steps", type=int, default=10, help="timed steps per batch size (the median is kept)")
+    cal.add_argument("--warmup", type=_number(int, 0), default=3)
+    cal.add_argument("--steps", type=COUNT, default=10, help="timed steps per batch size (the median is kept)")
     cal.add_argument("--frozen-groups", action="store_true", help="also time each frozen prefix of layer groups")
-    cal.add_argument("--intra-node-gbps", type=float, default=130.0, help="all-reduce bandwidth inside a node (GB/s)")
-    cal.add_argument("--inter-node-gbps", type=float, default=3.125, help="all-reduce bandwidth across nodes (GB/s)")
-    cal.add_argument("--latency-us", type=float, default=10.0, help="all-reduce latency per ring hop (us)")
+    cal.add_argument("--intra-node-gbps", type=_number(float, 0.0, 1e6, low_open=True), default=130.0, help="all-reduce bandwidth inside a node (GB/s)")
+    cal.add_argument("--inter-node-gbps", type=_number(float, 0.0, 1e6, low_open=True), default=3.125, help="all-reduce bandwidth across nodes (GB/s)")
+    cal.add_argument("--latency-us", type=_number(float, 0.0, 1e9), default=10.0, help="all-reduce latency per ring hop (us)")
     cal.add_argument("--out", default=None, help="table CSV to write, e.g. data/calibration/NAME.csv")
     cal.add_argument("--fit", default=None, help="fit Pollux's model to this table and report the RMSLE")
     cal.add_argument("--json", action="store_true", help="with --fit: one JSON object of fitted throughput_params")

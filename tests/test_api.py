@@ -265,3 +265,16 @@ def test_every_policy_answers_a_round_another_scheduler_made(name):
 
     result = make_policy(name).schedule(parse_round_input(_example()))
     assert result.verified and {a.job_id for a in result.allocations} == {j["id"] for j in _example()["jobs"]}
+
+
+@pytest.mark.parametrize("args, message", [
+    (("bench", "--rounds", "0"), "argument --rounds: must be >= 1, got 0"),
+    (("bench", "--gpus", "-5"), "argument --gpus: must be >= 1"),
+    (("bench", "--time-limit", "nan"), "argument --time-limit: must be in (0, 1e+09], got nan"),
+    (("solve", str(EXAMPLE), "--time-limit", "-1"), "argument --time-limit: must be in (0, 1e+09]"),
+    (("serve", "--port", "70000"), "argument --port: must be in [1, 65535]"),
+    (("replay", "--workload", "workload-1", "--policy", "fifo", "--nodes", "x"), "argument --nodes: must be an integer"),
+])
+def test_cli_flags_are_checked_as_the_json_fields_are(args, message):
+    out = _cli(*args)
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
