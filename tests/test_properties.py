@@ -77,3 +77,51 @@ def test_greedy_fallback_is_always_valid_even_with_odd_running_placements(seed, 
     for job in ri.jobs:  # running jobs are never moved by the fallback
         a = next(a for a in allocations if a.job_id == job.id)
         assert not a.restarted
+
+
+def _installed_pyomo_solvers() -> list[str]:
+    import pyomo.environ as pyo
+
+    from schedlab.solvers.pyomo_backend import LEGACY_OPTIONS
+
+    return [name for name in LEGACY_OPTIONS if pyo.SolverFactory(name).available(exception_flag=False)]
+
+
+@pytest.mark.parametrize("solver", _installed_pyomo_solvers())  # CI installs cbc and glpk
+@pytest.mark.parametrize("seed", range(12))
+def test_every_installed_pyomo_solver_reaches_the_brute_force_optimum(solver, seed):
+    ri = tiny_round(np.random.default_rng(seed), p=[1.0, -1.0, -math.inf][seed % 3], max_jobs=4, max_nodes=3)
+    expected = best_objective(enumerate_options(ri, prune=False), feasible_choices(
+        enumerate_options(replace(ri, settings=Settings(p=1.0)), prune=False)))
+    result = solve_round(ri, solver=solver, time_limit_s=30)
+    assert result.status == "optimal", result.message
+    assert result.objective == pytest.approx(expected, abs=1e-6 * max(1.0, abs(expected)))
+    _assert_valid(ri, result.allocations)
+
+
+def test_a_mip_start_handed_back_as_optimal_is_not_believed(monkeypatch):
+    # CBC 2.10 once returned its MIP start as "optimal" (-85.5 where the optimum is -42.3): a
+    # solver's "optimal" below the start it was given is not believed, whatever the solver.
+    import json
+    from pathlib import Path
+
+    import pyomo.environ as pyo
+
+    from schedlab.solvers import pyomo_backend
+
+    if "cbc" not in _installed_pyomo_solvers():
+        pytest.skip("cbc is not installed")
+    raw = json.loads((Path(__file__).resolve().parents[1] / "examples" / "round-16x4.json").read_text())
+    real_solve = type(pyo.SolverFactory("cbc")).solve
+
+    def worse_point_claimed_optimal(self, model, **kwargs):  # what CBC did: a poor point, "optimal"
+        res = real_solve(self, model, **kwargs)
+        model.solutions.load_from(res)
+        for v in model.columns:
+            v.set_value(0, skip_validation=True)
+        model.solutions.store_to(res)
+        return res
+
+    monkeypatch.setattr(type(pyo.SolverFactory("cbc")), "solve", worse_point_claimed_optimal)
+    result = solve_round(raw, solver="cbc")
+    assert result.status == "time_limit" and "not believed" in result.message and result.verified

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pyomo.environ as pyo
@@ -18,11 +19,30 @@ from pyomo.contrib.appsi.solvers import Highs
 from schedlab.errors import SolverError
 from schedlab.solvers.outcome import FAILED, OPTIMAL, TIME_LIMIT, SolveOutcome
 
-# Time-limit option names of common Pyomo solvers (legacy interface); others run unlimited.
-_TIME_LIMIT_OPTION = {"cbc": "sec", "glpk": "tmlim", "scip": "limits/time", "gurobi": "TimeLimit",
-                      "cplex": "timelimit", "cplex_direct": "timelimit", "gurobi_direct": "TimeLimit"}
-_GAP_OPTION = {"cbc": "ratioGap", "glpk": "mipgap", "scip": "limits/gap", "gurobi": "MIPGap",
-               "cplex": "mip_tolerances_mipgap", "gurobi_direct": "MIPGap"}
+@dataclass(frozen=True)
+class LegacyOptions:
+    """How one Pyomo solver is told the time limit, the relative gap and the threads (its own
+    option names), and whether it is given the model's start point: only where it honours it.
+    `whole_seconds`: the solver reads the time limit as an integer (glpsol's --tmlim)."""
+
+    time_limit: str
+    gap: str
+    threads: str | None
+    takes_start: bool
+    whole_seconds: bool = False
+
+
+_TOL = 1e-7  # relative: solvers' own feasibility and optimality tolerances are ~1e-9 to 1e-6
+
+# CBC 2.10 hands a MIP start back as "Optimal" without searching (-85.5 reported optimal where
+# the optimum is -42.3), so it starts cold; GLPK and SCIP take no start through Pyomo's files.
+LEGACY_OPTIONS = {
+    "cbc": LegacyOptions("sec", "ratioGap", "threads", takes_start=False),
+    "glpk": LegacyOptions("tmlim", "mipgap", None, takes_start=False, whole_seconds=True),
+    "scip": LegacyOptions("limits/time", "limits/gap", "parallel/maxnthreads", takes_start=False),
+    "gurobi": LegacyOptions("TimeLimit", "MIPGap", "Threads", takes_start=True),
+    "cplex": LegacyOptions("timelimit", "mip_tolerances_mipgap", "threads", takes_start=True),
+}
 
 
 def _column_values(model: pyo.ConcreteModel) -> np.ndarray:
@@ -57,22 +77,39 @@ def solve_appsi_highs(model: pyo.ConcreteModel, time_limit_s: float, mip_gap: fl
 
 def solve_legacy(model: pyo.ConcreteModel, time_limit_s: float, mip_gap: float, warm_start: bool = False, *,
                  solver: str) -> SolveOutcome:
+    """`solver` through Pyomo's SolverFactory with its options of LEGACY_OPTIONS, one thread.
+    With `warm_start` the model holds a feasible start: it is given to the solver only where it
+    honours it, and it checks the answer either way: a status "optimal" below the start (or
+    above the solver's own bound) is not believed; the better point is kept, flagged time_limit."""
     opt = pyo.SolverFactory(solver)
     if opt is None or not opt.available(exception_flag=False):
         raise SolverError(f"solver {solver!r} is not available to Pyomo; install it or use 'highs' or 'cpsat'")
-    if solver in _TIME_LIMIT_OPTION:
-        opt.options[_TIME_LIMIT_OPTION[solver]] = time_limit_s
-    if solver in _GAP_OPTION:
-        opt.options[_GAP_OPTION[solver]] = mip_gap
-    kwargs = {"warmstart": True} if warm_start and getattr(opt, "warm_start_capable", lambda: False)() else {}
+    table = LEGACY_OPTIONS[solver]
+    opt.options[table.time_limit] = max(math.ceil(time_limit_s), 1) if table.whole_seconds else time_limit_s
+    opt.options[table.gap] = mip_gap
+    if table.threads is not None:
+        opt.options[table.threads] = 1
+    start = (_column_values(model), pyo.value(model.obj)) if warm_start else None
     t0 = time.perf_counter()
-    res = opt.solve(model, load_solutions=False, **kwargs)
+    res = opt.solve(model, load_solutions=False, **({"warmstart": True} if warm_start and table.takes_start else {}))
     solve_s = time.perf_counter() - t0
     if len(res.solution) == 0:
+        if start is not None:
+            return SolveOutcome(TIME_LIMIT, start[0], start[1], math.nan, solve_s,
+                                f"{solver}: {res.solver.termination_condition}, no point: the start")
         return SolveOutcome(FAILED, None, math.nan, math.nan, solve_s, str(res.solver.termination_condition))
     model.solutions.load_from(res)
     objective = pyo.value(model.obj)
     optimal = res.solver.termination_condition == pyo.TerminationCondition.optimal
-    bound = res.problem.upper_bound if res.problem.upper_bound is not None else math.inf
+    upper = res.problem.upper_bound  # a maximization's best bound, where the solver reports one
+    bound = math.inf if upper is None or not math.isfinite(upper) else float(upper)
+    message = str(res.solver.termination_condition)
+    if start is not None and objective < start[1] - _TOL * max(1.0, abs(start[1])):
+        return SolveOutcome(TIME_LIMIT, start[0], start[1], math.nan, solve_s,
+                            f"{solver} reported {message} at {objective:.6g}, below the start's {start[1]:.6g}: "
+                            "not believed; the start is the answer")
+    if objective > bound + _TOL * max(1.0, abs(bound)):  # a bound below a point it found is no bound
+        return SolveOutcome(TIME_LIMIT, _column_values(model), objective, math.nan, solve_s,
+                            f"{solver} reported {message} with a bound {bound:.6g} below its point; not proven")
     return SolveOutcome(OPTIMAL if optimal else TIME_LIMIT, _column_values(model), objective,
-                        objective if optimal else float(bound), solve_s, str(res.solver.termination_condition))
+                        objective if optimal else bound, solve_s, message)
