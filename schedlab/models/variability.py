@@ -30,8 +30,6 @@ from functools import cache
 
 import numpy as np
 import pandas as pd
-from sklearn.cluster import KMeans
-from sklearn.metrics import silhouette_score
 
 from schedlab.errors import ConfigError
 from schedlab.models.profiles import data_dir
@@ -65,6 +63,9 @@ class ClassVariability:
 
 def classify(perf: pd.Series, name: str = "", seed: int = 0) -> ClassVariability:
     """Cluster per-GPU perf values (uuid -> perf) as PAL does, with k by silhouette."""
+    from sklearn.cluster import KMeans  # here: only clusters with measured variability need k-means
+    from sklearn.metrics import silhouette_score
+
     values = perf.to_numpy(float)
     if len(values) < 3:
         raise ConfigError(f"variability {name}: need >= 3 measured GPUs, got {len(values)}")
