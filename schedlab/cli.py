@@ -235,8 +235,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _number(kind: type, low: float, high: float = math.inf, low_open: bool = False):
-    """An argparse type: a finite `kind` in [low, high] ((low, high] with low_open), so a flag is
-    checked as the JSON field it stands for is; argparse names the flag in the error."""
+    """An argparse type for a flag that is no round field: a finite `kind` in [low, high]
+    ((low, high] with low_open); argparse names the flag in the error. Flags that are round
+    fields (--time-limit, --solver) go into the round and are checked with it."""
     def parse(text: str):
         try:
             value = kind(text)
@@ -265,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     solve.add_argument("--stream", action="store_true",
                        help="JSON lines: one round per line in, one result (or error) line out per round, flushed")
     solve.add_argument("--solver", default=None, help="portfolio (default: highs, then highs and cpsat raced), highs, cpsat, appsi_highs, or a Pyomo solver")
-    solve.add_argument("--time-limit", type=POSITIVE_S, default=None, help="solver time limit in seconds")
+    solve.add_argument("--time-limit", type=float, default=None, help="solver time limit in seconds")
     solve.add_argument("--pretty", action="store_true", help="indent the output JSON")
     solve.set_defaults(func=_cmd_solve)
 
@@ -276,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--solver", default=Settings.solver, help="a solver name, as in solve")
     bench.add_argument("--p", default="-1", help="power-mean exponent, or -inf for max-min")
     bench.add_argument("--seed", type=_number(int, 0, 2**53), default=0)
-    bench.add_argument("--time-limit", type=POSITIVE_S, default=10.0)
+    bench.add_argument("--time-limit", type=float, default=10.0, help="a round's time_limit_s (checked as the JSON field)")
     bench.add_argument("--freeze", type=_number(float, 0.0, 1.0), default=0.0, help="fraction of jobs that opt in to layer freezing")
     bench.add_argument("--formulation", default="goodput", help="the round model: goodput, joint or placement")
     bench.add_argument("--racks", type=_number(int, 0), default=0, help="spread the nodes over this many racks (0: no topology)")
