@@ -90,6 +90,43 @@ def _show(value: Any) -> str:
     return _shown.repr(value)
 
 
+def _types(spec: Mapping) -> set[str]:
+    return set(spec.get("type", []) if isinstance(spec.get("type"), list) else [spec.get("type")])
+
+
+def _rules(spec: Mapping) -> dict[str, Any]:
+    types = _types(spec)
+    return {"minimum": spec.get("minimum"), "positive": "exclusiveMinimum" in spec, "integer": "integer" in types,
+            "maximum": spec.get("maximum")}
+
+
+# Per object kind, per numeric key: the schema's type and range as _Checker.number takes them.
+_FIELD_RULES = {kind: {key: _rules(spec) for key, spec in node["properties"].items()
+                       if {"number", "integer"} & _types(spec)}
+                for kind, node in _OBJECTS.items()}
+
+
+def _number_problem(v: Any, minimum: float | None, positive: bool, integer: bool, maximum: float | None) -> str | None:
+    """What is wrong with v as a number of these bounds, or None."""
+    kind = type(v)
+    if kind is bool or not isinstance(v, (int, float)):
+        return f"must be {'an integer' if integer else 'a number'}, got {_show(v)}"
+    if kind is not int and not math.isfinite(v):
+        return f"must be a finite number, got {v!r}"
+    if (kind is int or integer) and abs(v) > 2**53:  # a float too: 1e300 is "whole"
+        digits = f"{len(str(abs(v)))}" if abs(v) < 10**4000 else "over 4,000"  # str() stops at 4,300 digits
+        return f"must be at most 2**53 in size, got {f'an integer of {digits} digits' if kind is int else _show(v)}"
+    if integer and v != int(v):
+        return f"must be a whole number, got {_show(v)}"
+    if positive and v <= 0:
+        return f"must be > 0, got {_show(v)}"
+    if minimum is not None and v < minimum:
+        return f"must be >= {minimum}, got {_show(v)}"
+    if maximum is not None and v > maximum:
+        return f"must be <= {maximum:g}, got {_show(v)}"
+    return None
+
+
 class _Checker:
     """Collects problems; each getter returns a usable default so parsing can go on."""
 
@@ -101,44 +138,20 @@ class _Checker:
 
     def number(self, d: Mapping, key: str, where: str, default=None, minimum: float | None = None,
                positive: bool = False, integer: bool = False, required: bool = False, maximum: float | None = None):
-        if key not in d or d[key] is None:
+        v = d.get(key)
+        if v is None:
             if required:
                 self.bad(f"{where}.{key}", "is required")
             return default
-        v = d[key]
-        at = key if where == "round" else f"{where}{key}" if key.startswith("[") else f"{where}.{key}"  # where[k]: an item
-        kind = "an integer" if integer else "a number"
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            self.bad(at, f"must be {kind}, got {_show(v)}")
-            return default
-        if isinstance(v, float) and not math.isfinite(v):
-            self.bad(at, f"must be a finite number, got {v!r}")
-            return default
-        if (isinstance(v, int) or integer) and abs(v) > 2**53:  # a float too: 1e300 is "whole"
-            digits = f"{len(str(abs(v)))}" if abs(v) < 10**4000 else "over 4,000"  # str() stops at 4,300 digits
-            got = f"an integer of {digits} digits" if isinstance(v, int) else _show(v)
-            self.bad(at, f"must be at most 2**53 in size, got {got}")
-            return default
-        if integer and v != int(v):
-            self.bad(at, f"must be a whole number, got {_show(v)}")
-            return default
-        if positive and v <= 0:
-            self.bad(at, f"must be > 0, got {_show(v)}")
-            return default
-        if minimum is not None and v < minimum:
-            self.bad(at, f"must be >= {minimum}, got {_show(v)}")
-            return default
-        if maximum is not None and v > maximum:
-            self.bad(at, f"must be <= {maximum:g}, got {_show(v)}")
-            return default
-        return int(v) if integer else float(v)
+        problem = _number_problem(v, minimum, positive, integer, maximum)
+        if problem is None:
+            return int(v) if integer else float(v)
+        self.bad(key if where == "round" else f"{where}{key}" if key.startswith("[") else f"{where}.{key}", problem)
+        return default
 
     def field(self, d: Mapping, kind: str, key: str, where: str, default=None, required: bool = False):
         """A number of an object of `kind`, checked against its schema's type and range."""
-        spec = _OBJECTS[kind]["properties"][key]
-        types = spec["type"] if isinstance(spec["type"], list) else [spec["type"]]
-        return self.number(d, key, where, default, minimum=spec.get("minimum"), positive="exclusiveMinimum" in spec,
-                           integer="integer" in types, required=required, maximum=spec.get("maximum"))
+        return self.number(d, key, where, default, required=required, **_FIELD_RULES[kind][key])
 
     def flag(self, d: Mapping, key: str, where: str, default: bool) -> bool:
         v = d.get(key, default)
