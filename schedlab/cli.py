@@ -165,8 +165,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if unknown:
         return _fail(f"--allow-solver {unknown[0]}: not in the registry; use one of {', '.join(SOLVERS)}")
     workers = args.workers if args.workers is not None else ServeConfig().workers
-    serve(ServeConfig(workers, args.queue, args.max_time_limit, allow_solvers=(*ARRAY_SOLVERS, *args.allow_solver)),
-          args.host, args.port)
+    serve(ServeConfig(workers, args.queue, args.max_time_limit, args.max_body_mb * 2**20,
+                      allow_solvers=(*ARRAY_SOLVERS, *args.allow_solver)), args.host, args.port)
     return 0
 
 
@@ -338,6 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--workers", type=COUNT, default=None, help="processes solving rounds (default: one per core)")
     srv.add_argument("--queue", type=_number(int, 0), default=16, help="rounds admitted beyond the busy workers before 503")
     srv.add_argument("--max-time-limit", type=POSITIVE_S, default=60.0, help="cap on a round's time_limit_s (seconds)")
+    srv.add_argument("--max-body-mb", type=_number(int, 1, 1024), default=64, help="the largest round body (MiB)")
     srv.add_argument("--allow-solver", action="append", default=[],
                      help="also allow this registry solver (repeatable; highs, cpsat and portfolio always are)")
     srv.set_defaults(func=_cmd_serve)

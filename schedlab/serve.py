@@ -179,8 +179,24 @@ def schedule_with(policy: Any, body: bytes) -> tuple[int, dict[str, Any]]:
         return 500, error_to_dict(exc)
 
 
+async def read_body(request: Request, limit: int) -> bytes | None:
+    """The body, or None once it passes `limit` bytes: read in chunks, so a client that sends
+    no Content-Length cannot make the server hold more than the limit."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def make_app(config: ServeConfig) -> Starlette:
     admission = Admission(config.workers + config.queue)
+
+    def too_large() -> Response:
+        return _json({"error": "too_large", "problems": [
+            f"body: over {config.max_body_bytes:,} bytes, the most this service takes"]}, 413)
     pool: dict[str, Any] = {}
     states: dict[str, PolicyState] = {}
 
@@ -204,10 +220,9 @@ def make_app(config: ServeConfig) -> Starlette:
                 f"all {config.workers} workers busy and {config.queue} rounds queued; retry shortly"]}, 503,
                 {"Retry-After": "1"})
         try:
-            body = await request.body()
-            if len(body) > config.max_body_bytes:
-                return _json({"error": "too_large", "problems": [
-                    f"body: over {config.max_body_bytes:,} bytes, the most this service takes"]}, 413)
+            body = await read_body(request, config.max_body_bytes)
+            if body is None:
+                return too_large()
             status, out = await asyncio.get_running_loop().run_in_executor(pool["rounds"], solve_request, body, config)
             return _json(out, status)
         finally:
@@ -237,7 +252,9 @@ def make_app(config: ServeConfig) -> Starlette:
             return _json({"error": "busy", "problems": ["every worker busy and the queue full; retry shortly"]},
                          503, {"Retry-After": "1"})
         try:
-            body = await request.body()
+            body = await read_body(request, config.max_body_bytes)
+            if body is None:
+                return too_large()
             async with state.lock:
                 status, out = await asyncio.get_running_loop().run_in_executor(
                     pool["states"], schedule_with, state.policy, body)

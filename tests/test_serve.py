@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import signal
 import socket
@@ -191,3 +192,21 @@ def test_a_policy_state_holds_one_policy_and_can_be_forgotten(server):
     with urllib.request.urlopen(delete) as resp:
         assert resp.status == 204
     assert server.request("/v1/policies/fifo/rounds?state_id=a", body)[0] == 200  # a fresh state
+
+
+def test_a_body_over_the_limit_is_refused_even_without_a_length():
+    srv = Server("--workers", "1", "--max-body-mb", "1")
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+        conn.putrequest("POST", "/v1/solve")
+        conn.putheader("Transfer-Encoding", "chunked")  # no Content-Length to refuse it by
+        conn.endheaders()
+        chunk = b"x" * 2**16
+        for _ in range(40):  # 2.5 MiB
+            conn.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        conn.send(b"0\r\n\r\n")
+        resp = conn.getresponse()
+        assert resp.status == 413 and json.loads(resp.read())["error"] == "too_large"
+        assert srv.solve(EXAMPLE)[0] == 200
+    finally:
+        srv.stop()
