@@ -210,3 +210,21 @@ def test_a_body_over_the_limit_is_refused_even_without_a_length():
         assert srv.solve(EXAMPLE)[0] == 200
     finally:
         srv.stop()
+
+
+def test_concurrent_clients_each_get_their_own_answer(server):
+    import numpy as np
+
+    from schedlab.bench import random_round
+    from schedlab.io import round_input_to_dict
+
+    rounds = [round_input_to_dict(random_round(np.random.default_rng(k), 16, 6)) for k in range(8)]
+    answers: dict[int, tuple] = {}
+    threads = [threading.Thread(target=lambda k=k: answers.__setitem__(k, server.solve(rounds[k]))) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(answers[k][0] == 200 for k in range(8))  # 8 at once fit the 1 worker + 16 queued
+    for k in range(8):
+        assert [a["job_id"] for a in answers[k][1]["allocations"]] == [j["id"] for j in rounds[k]["jobs"]]
