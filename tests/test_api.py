@@ -279,3 +279,10 @@ def test_cli_flags_are_checked_as_the_json_fields_are(args, message):
     # a flag that is a round field is checked with the round; the others by their own range
     out = _cli(*args)
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_pyomo_log_lines_go_to_stderr_not_into_the_json():
+    probe = ("import logging, schedlab.solvers.pyomo_backend\n"
+             "logging.getLogger('pyomo.opt').error('Solver (glpk) returned non-zero return code (1)')")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.stdout == "" and "ERROR: Solver (glpk)" in out.stderr

@@ -7,7 +7,9 @@ the layout of the model's arrays (formulations.base).
 
 from __future__ import annotations
 
+import logging
 import math
+import sys
 import time
 from dataclasses import dataclass
 
@@ -18,6 +20,17 @@ from pyomo.contrib.appsi.solvers import Highs
 
 from schedlab.errors import SolverError
 from schedlab.solvers.outcome import FAILED, OPTIMAL, TIME_LIMIT, SolveOutcome
+
+def _pyomo_logs_to_stderr() -> None:
+    """Pyomo writes its ERROR: and WARNING: lines to stdout, where `schedlab solve` writes its
+    JSON: they go to stderr instead."""
+    for handler in logging.getLogger("pyomo").handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)
+
+
+_pyomo_logs_to_stderr()
+
 
 @dataclass(frozen=True)
 class LegacyOptions:
