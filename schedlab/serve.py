@@ -32,6 +32,7 @@ import os
 from collections.abc import AsyncIterator
 import re
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -223,7 +224,16 @@ def make_app(config: ServeConfig) -> Starlette:
             body = await read_body(request, config.max_body_bytes)
             if body is None:
                 return too_large()
-            status, out = await asyncio.get_running_loop().run_in_executor(pool["rounds"], solve_request, body, config)
+            rounds = pool["rounds"]
+            try:
+                status, out = await asyncio.get_running_loop().run_in_executor(rounds, solve_request, body, config)
+            except BrokenProcessPool:  # a worker died (killed, out of memory): new workers for the next rounds
+                if pool["rounds"] is rounds:
+                    pool["rounds"] = ProcessPoolExecutor(max_workers=config.workers)
+                    rounds.shutdown(wait=False)
+                return _json({"error": "failed", "problems": [
+                    "the worker solving this round died (killed, or out of memory); the service started new "
+                    "workers: retry, or send a smaller round"]}, 500)
             return _json(out, status)
         finally:
             admission.leave()

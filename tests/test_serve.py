@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -228,3 +229,21 @@ def test_concurrent_clients_each_get_their_own_answer(server):
     assert all(answers[k][0] == 200 for k in range(8))  # 8 at once fit the 1 worker + 16 queued
     for k in range(8):
         assert [a["job_id"] for a in answers[k][1]["allocations"]] == [j["id"] for j in rounds[k]["jobs"]]
+
+
+def test_a_worker_killed_mid_round_costs_that_round_only():
+    srv = Server("--workers", "1")
+    try:
+        assert srv.solve(EXAMPLE)[0] == 200  # the worker exists now
+        answers: list = []
+        slow = threading.Thread(target=lambda: answers.append(srv.solve(_slow_round(5.0))))
+        slow.start()
+        time.sleep(1.5)
+        workers = subprocess.run(["pgrep", "-P", str(srv.proc.pid)], capture_output=True, text=True).stdout.split()
+        for pid in workers:
+            os.kill(int(pid), signal.SIGKILL)
+        slow.join(timeout=60)
+        assert answers and answers[0][0] == 500 and "worker solving this round died" in answers[0][1]["problems"][0]
+        assert srv.solve(EXAMPLE)[0] == 200  # new workers
+    finally:
+        srv.stop()
