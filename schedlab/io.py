@@ -132,6 +132,7 @@ class _Checker:
 
     def __init__(self):
         self.problems: list[str] = []
+        self.layer_groups: dict[tuple, tuple[LayerGroup, ...]] = {}  # valid groups by their raw values
 
     def bad(self, where: str, what: str) -> None:
         self.problems.append(f"{where}: {what}")
@@ -383,8 +384,28 @@ def _parse_app_class(ck: _Checker, raw: Any, where: str) -> str | None:
     return raw
 
 
+def _groups_key(raw: Any) -> tuple | None:
+    """Raw layer groups as a hashable key, or None where they are not plain (a bool would equal
+    1 in a key, and odd values get their own messages)."""
+    if not isinstance(raw, list) or len(raw) > 1024:
+        return None
+    key = []
+    for rg in raw:
+        if type(rg) is not dict:
+            return None
+        items = tuple(sorted(rg.items()))
+        if any(type(v) not in (int, float, str) for _, v in items):
+            return None
+        key.append(items)
+    return tuple(key)
+
+
 def _parse_groups(ck: _Checker, raw: Mapping, where: str, app: str | None) -> tuple[LayerGroup, ...]:
     if "groups" in raw:
+        key = _groups_key(raw["groups"])
+        if key in ck.layer_groups:  # the jobs of one model share a profile: parsed and checked once
+            return ck.layer_groups[key]
+        found = len(ck.problems)
         groups = []
         for k, rg in enumerate(ck.sequence(raw, "groups", where)):
             gw = f"{where}.groups[{k}]"
@@ -397,6 +418,8 @@ def _parse_groups(ck: _Checker, raw: Mapping, where: str, app: str | None) -> tu
         elif sum(g.backward for g in groups) <= 0 or sum(g.params for g in groups) <= 0:
             ck.bad(f"{where}.groups", "need some backward cost and some parameters: freezing saves backward "
                    "compute and all-reduce of parameters, and with none of either it changes nothing")
+        if key is not None and len(ck.problems) == found:
+            ck.layer_groups[key] = tuple(groups)
         return tuple(groups)
     profile = raw.get("profile", app)
     if profile not in LAYER_PROFILES:

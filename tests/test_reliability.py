@@ -321,3 +321,21 @@ def test_every_number_at_the_edges_of_its_range_is_answered_without_a_float_warn
             except InputError:  # in range, but not with the other fields (a GPU index past the node's)
                 continue
         assert result.verified and result.status != "fallback", (path, edge, result.message)
+
+
+def test_layer_groups_shared_by_jobs_are_checked_for_each_job():
+    # The parser keeps valid groups by their raw values (jobs of one model share them): a bad
+    # copy, or one that differs only by a bool for a number, is still named for its own job.
+    raw = _full_round()
+    good = raw["jobs"][0]["freezing"]
+    raw["jobs"][1]["freezing"] = copy.deepcopy(good)
+    raw["jobs"][2]["freezing"] = {**copy.deepcopy(good), "groups": [{**g, "forward": True} for g in good["groups"]]}
+    raw["jobs"][3]["freezing"] = {**copy.deepcopy(good), "groups": [{**g, "params": -1.0} for g in good["groups"]]}
+    raw["jobs"][4]["freezing"] = copy.deepcopy(raw["jobs"][3]["freezing"])
+    for job in raw["jobs"][1:5]:
+        job["application"] = raw["jobs"][0]["application"]
+    problems = _problems(raw)
+    assert any(p.startswith("jobs[2].freezing.groups[0].forward: must be a number") for p in problems), problems
+    assert any(p.startswith("jobs[3].freezing.groups[0].params") for p in problems), problems
+    assert any(p.startswith("jobs[4].freezing.groups[0].params") for p in problems), problems
+    assert not any(p.startswith(("jobs[0].", "jobs[1].")) for p in problems), problems
