@@ -34,10 +34,12 @@ left (JobSpec.freezing), and a job runs each round with the groups its allocatio
 from __future__ import annotations
 
 import collections
+import importlib
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -252,11 +254,21 @@ def replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig = Re
            on_round: Callable[[float, int], None] | None = None) -> ReplayResult:
     """Replay `jobs` under `policy`; `on_round(now_s, jobs_done)` is called after every round.
 
-    BLAS runs single-threaded inside: a replay's arrays are tiny, and OpenBLAS's idle workers
-    spin, which made one replay cost 10x its CPU time when replays ran side by side.
+    BLAS runs single-threaded inside (one_blas_thread).
     """
-    with threadpool_limits(limits=1, user_api="blas"):
+    with one_blas_thread():
         return _replay(jobs, policy, config, on_round)
+
+
+@contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """One BLAS thread: a replay's arrays are tiny, and OpenBLAS's idle workers spin, which made
+    one replay cost 10x its CPU time when replays ran side by side. threadpoolctl limits only
+    the libraries loaded so far, so scipy's (the online fits' L-BFGS-B), loaded where it is
+    first used, is loaded first: without it a replay burnt a second core (16 CPU s for 9 s)."""
+    importlib.import_module("scipy.optimize")
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
 
 
 def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,

@@ -25,12 +25,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from threadpoolctl import threadpool_limits
 
 from schedlab import __version__
 from schedlab.errors import ConfigError
 from schedlab.policies import make_policy
-from schedlab.replay.engine import WORLDS, ReplayConfig, replay
+from schedlab.replay.engine import WORLDS, ReplayConfig, one_blas_thread, replay
 from schedlab.replay.jobs import TraceJob
 from schedlab.state import FreezePenalty
 from schedlab.sweep.config import POLICY_AXES, WORLD_AXES, Sweep, cell_key, trace_label
@@ -98,7 +97,7 @@ def execute(cell: dict[str, Any]) -> dict[str, Any]:
     try:
         # One BLAS thread: with every core busy running cells, OpenBLAS's spinning workers
         # made the small interpolations of trace sampling up to 500x slower.
-        with threadpool_limits(limits=1, user_api="blas"):
+        with one_blas_thread():
             config = cell_config(cell)
             result = replay(build_jobs(cell, config), make_cell_policy(cell), config)
     except Exception:  # noqa: BLE001 - a failed cell is recorded, the sweep goes on
