@@ -156,17 +156,17 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     try:
-        from schedlab.serve import ARRAY_SOLVERS, ServeConfig, serve
+        from schedlab.serve import ServeConfig, serve
     except ImportError as exc:
         return _fail(f"serve needs the serve extra ({exc.name} is missing): pip install 'schedlab[serve]'")
-    from schedlab.solvers.registry import SOLVERS
+    from schedlab.solvers.registry import SOLVERS, array_solver_names
 
     unknown = [s for s in args.allow_solver if s not in SOLVERS]
     if unknown:
         return _fail(f"--allow-solver {unknown[0]}: not in the registry; use one of {', '.join(SOLVERS)}")
     workers = args.workers if args.workers is not None else ServeConfig().workers
     serve(ServeConfig(workers, args.queue, args.max_time_limit, args.max_body_mb * 2**20,
-                      allow_solvers=(*ARRAY_SOLVERS, *args.allow_solver)), args.host, args.port)
+                      allow_solvers=(*array_solver_names(), *args.allow_solver)), args.host, args.port)
     return 0
 
 

@@ -73,8 +73,6 @@ MAX_GPUS_PER_NODE = _SCHEMA["properties"]["cluster"]["properties"]["nodes"]["ite
 MAX_JOBS = _SCHEMA["properties"]["jobs"]["maxItems"]
 MAX_ID_CHARS = _SCHEMA["properties"]["jobs"]["items"]["properties"]["id"]["maxLength"]
 MAX_GPUS = 65_536
-MAX_BSZ = _SCHEMA["properties"]["jobs"]["items"]["properties"]["fixed_bsz"]["maximum"]
-MAX_PARAM = _SCHEMA["$defs"]["params"]["properties"]["alpha_c"]["maximum"]
 MAX_SLOWDOWN = _OBJECTS["node"]["properties"]["slowdown"]["additionalProperties"]["items"]["maximum"]
 _shown = reprlib.Repr()
 _shown.maxstring, _shown.maxother, _shown.maxlevel = 60, 60, 3
@@ -281,9 +279,10 @@ def _parse_cluster(ck: _Checker, raw: Any) -> Cluster:
 
 def _parse_params(ck: _Checker, raw: Any, where: str) -> ThroughputParams | None:
     raw = ck.mapping(raw, where, "params")
-    # seconds (alpha) and seconds per example or GPU (beta): beyond MAX_PARAM no GPU is modelled
-    values = [ck.number(raw, k, where, minimum=0.0, required=True, maximum=None if k == "gamma" else MAX_PARAM)
-              for k in PARAM_NAMES]
+    # seconds (alpha) and seconds per example or GPU (beta), within the schema's range; gamma's
+    # range is checked below, with what it means
+    values = [ck.number(raw, k, where, minimum=0.0, required=True) if k == "gamma"
+              else ck.field(raw, "params", k, where, required=True) for k in PARAM_NAMES]
     if any(v is None for v in values):
         return None
     if not 1.0 <= values[-1] <= 10.0:
@@ -654,10 +653,6 @@ def _nulls(v: Any) -> Any:
     return v
 
 
-def _finite_or_none(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
-
-
 def error_to_dict(exc: SchedlabError) -> dict[str, Any]:
     """A refused round as JSON: {"error": "invalid_input", "problems": [one per bad field]} for
     bad input, else {"error": "failed", "problems": [the reason]}."""
@@ -689,7 +684,7 @@ def round_result_to_dict(res: RoundResult) -> dict[str, Any]:
             "frozen_groups": a.frozen_groups, "freeze_penalty": a.freeze_penalty,
         })
     return {
-        "status": res.status, "solver": res.solver, "objective": _finite_or_none(res.objective),
-        "bound": _finite_or_none(res.bound), "gap": _finite_or_none(res.gap), "build_s": res.build_s,
+        "status": res.status, "solver": res.solver, "objective": _nulls(res.objective),
+        "bound": _nulls(res.bound), "gap": _nulls(res.gap), "build_s": res.build_s,
         "options_s": res.options_s, "solve_s": res.solve_s, "verified": res.verified, "message": res.message, "allocations": allocations,
     }

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import os
 from collections.abc import AsyncIterator
 import re
@@ -45,9 +46,9 @@ from starlette.routing import Route
 
 from schedlab import __version__
 from schedlab.errors import InputError, SchedlabError
+from schedlab.solvers.registry import array_solver_names
 from schedlab.state import Settings
 
-ARRAY_SOLVERS = ("highs", "cpsat", "portfolio")
 SCHEMAS = Path(__file__).parent / "schemas"
 STATE_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")  # a policy state's name
 
@@ -60,7 +61,7 @@ class ServeConfig:
     queue: int = 16  # rounds admitted beyond the busy workers before 503
     max_time_limit_s: float = 60.0
     max_body_bytes: int = 64 * 2**20  # the largest round the schema allows is ~40 MB
-    allow_solvers: tuple[str, ...] = ARRAY_SOLVERS
+    allow_solvers: tuple[str, ...] = field(default_factory=array_solver_names)
     max_states: int = 256  # policy states held at once
 
 
@@ -180,6 +181,13 @@ def schedule_with(policy: Any, body: bytes) -> tuple[int, dict[str, Any]]:
         return 500, error_to_dict(exc)
 
 
+def round_workers(workers: int) -> ProcessPoolExecutor:
+    """The processes that solve rounds, started by a forkserver as sweep workers are: a forked
+    child would inherit the thread pools (BLAS, solver threads) of the server's policy-state
+    threads with their locks held, and hang on their first use."""
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("forkserver"))
+
+
 async def read_body(request: Request, limit: int) -> bytes | None:
     """The body, or None once it passes `limit` bytes: read in chunks, so a client that sends
     no Content-Length cannot make the server hold more than the limit."""
@@ -203,7 +211,7 @@ def make_app(config: ServeConfig) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        pool["rounds"] = ProcessPoolExecutor(max_workers=config.workers)
+        pool["rounds"] = round_workers(config.workers)
         pool["states"] = ThreadPoolExecutor(max_workers=config.workers)
         try:
             yield
@@ -229,7 +237,7 @@ def make_app(config: ServeConfig) -> Starlette:
                 status, out = await asyncio.get_running_loop().run_in_executor(rounds, solve_request, body, config)
             except BrokenProcessPool:  # a worker died (killed, out of memory): new workers for the next rounds
                 if pool["rounds"] is rounds:
-                    pool["rounds"] = ProcessPoolExecutor(max_workers=config.workers)
+                    pool["rounds"] = round_workers(config.workers)
                     rounds.shutdown(wait=False)
                 return _json({"error": "failed", "problems": [
                     "the worker solving this round died (killed, or out of memory); the service started new "

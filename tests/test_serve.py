@@ -231,16 +231,19 @@ def test_concurrent_clients_each_get_their_own_answer(server):
         assert [a["job_id"] for a in answers[k][1]["allocations"]] == [j["id"] for j in rounds[k]["jobs"]]
 
 
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is pid (from /proc: no pgrep needed)."""
-    found = []
+def _descendants(pid: int) -> list[int]:
+    """The processes below pid (from /proc: no pgrep needed); the round workers are the
+    forkserver's children."""
+    parent = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parent[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
         except OSError:  # the process ended meanwhile
             continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
+    found, frontier = [], [pid]
+    while frontier:
+        frontier = [child for child, p in parent.items() if p in frontier]
+        found += frontier
     return found
 
 
@@ -252,7 +255,7 @@ def test_a_worker_killed_mid_round_costs_that_round_only():
         slow = threading.Thread(target=lambda: answers.append(srv.solve(_slow_round(5.0))))
         slow.start()
         time.sleep(1.5)
-        for pid in _children(srv.proc.pid):
+        for pid in _descendants(srv.proc.pid):
             os.kill(pid, signal.SIGKILL)
         slow.join(timeout=60)
         assert answers and answers[0][0] == 500 and "worker solving this round died" in answers[0][1]["problems"][0]

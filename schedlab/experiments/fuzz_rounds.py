@@ -167,15 +167,9 @@ MUTATIONS: dict[str, Callable] = {"drop": _drop, "duplicate": _duplicate, "retyp
                                    "nest": _nest, "re-encode": _reencode}
 
 
-def mutated_bytes(rng: np.random.Generator) -> tuple[str, bytes]:
-    """A valid round's JSON with one field mutated, as the bytes a client would send (Latin-1
-    now and then, UTF-8 otherwise)."""
-    kind, _, data = mutated_case(rng)
-    return kind, data
-
-
 def mutated_case(rng: np.random.Generator) -> tuple[str, tuple, bytes]:
-    """mutated_bytes's mutation, the path of the field it mutated, and the bytes."""
+    """A valid round's JSON with one field mutated: the mutation, the path of the field, and the
+    bytes a client would send (Latin-1 now and then, UTF-8 otherwise)."""
     raw = round_input_to_dict(valid_round(rng))
     kind = list(MUTATIONS)[rng.integers(len(MUTATIONS))]
     paths = _paths(raw)
@@ -203,7 +197,7 @@ def run_mutated(count: int, seed: int = 0) -> dict[str, Any]:
     failures: list[str] = []
     slowest, t0 = 0.0, time.perf_counter()
     for case in range(count):
-        kind, data = mutated_bytes(rng)
+        kind, _, data = mutated_case(rng)
         start = time.perf_counter()
         try:
             result = solve_round(load_json(data, f"case {case}"))

@@ -45,10 +45,9 @@ stayers, G/d - ceil(h/d) x for a node with one (linear, since d | G), and w_kd, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp

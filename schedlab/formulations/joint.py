@@ -73,11 +73,10 @@ bandwidth is its own); a spread over racks is priced at the smallest rack uplink
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import itertools
 import math
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp

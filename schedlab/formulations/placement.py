@@ -62,12 +62,11 @@ job costs rho_j of its weight, PAL's "same GPUs, no restart". Solved by HiGHS
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
@@ -562,13 +561,14 @@ def solve_placement(pi: PlacementInput, solver: str = "highs", time_limit_s: flo
     start = start if start is not None else pal_greedy(pi, np.random.default_rng(0))
     if len(pi.gpus) <= EXACT_MAX_GPUS:
         return solve_exact(pi, entry, Settings(time_limit_s=time_limit_s, mip_gap=mip_gap), start)
-    from schedlab.formulations.placement_windows import search_windows, status
+    from schedlab.formulations.placement_windows import search_windows, status, upper_bound
 
     t0 = time.perf_counter()
     found = search_windows(pi, start, time_limit_s, lambda sub, left_s, sub_start: solve_exact(
         sub, entry, Settings(time_limit_s=left_s, mip_gap=mip_gap), sub_start).placement)
     objective = placement_objective(pi, found.placement)
-    return PlacementResult(found.placement, objective, status(pi, objective, mip_gap), 0.0, time.perf_counter() - t0)
+    return PlacementResult(found.placement, objective, status(upper_bound(pi), objective, mip_gap), 0.0,
+                           time.perf_counter() - t0)
 
 
 def solve_exact(pi: PlacementInput, solver: Solver, settings: Settings,
@@ -727,9 +727,10 @@ class WindowedPlacementModel:
         t0 = time.perf_counter()
         found = search_windows(self.view.pi, self.greedy, settings.time_limit_s, lambda sub, left_s, sub_start:
                                solve_exact(sub, solver, replace(settings, time_limit_s=left_s), sub_start).placement)
-        objective = placement_objective(self.view.pi, found.placement)
-        outcome = SolveOutcome(status(self.view.pi, objective, settings.mip_gap), self._point(found.placement), objective, upper_bound(self.view.pi),
-                               time.perf_counter() - t0, f"{found.windows} windows solved, {found.improved} improved")
+        objective, bound = placement_objective(self.view.pi, found.placement), upper_bound(self.view.pi)
+        outcome = SolveOutcome(status(bound, objective, settings.mip_gap), self._point(found.placement), objective,
+                               bound, time.perf_counter() - t0,
+                               f"{found.windows} windows solved, {found.improved} improved")
         return outcome, 0.0
 
     def decode(self, values: np.ndarray) -> tuple[JobAllocation, ...]:

@@ -50,9 +50,9 @@ def upper_bound(pi: PlacementInput) -> float:
     return float(sum(job.weight * best for job, best in zip(pi.jobs, best_speed(pi))))
 
 
-def status(pi: PlacementInput, objective: float, mip_gap: float) -> str:
-    """optimal when the objective is within mip_gap of upper_bound, else time_limit."""
-    return OPTIMAL if upper_bound(pi) - objective <= mip_gap * max(abs(objective), 1e-9) else TIME_LIMIT
+def status(bound: float, objective: float, mip_gap: float) -> str:
+    """optimal when the objective is within mip_gap of the bound (upper_bound's), else time_limit."""
+    return OPTIMAL if bound - objective <= mip_gap * max(abs(objective), 1e-9) else TIME_LIMIT
 
 
 def best_speed(pi: PlacementInput) -> np.ndarray:

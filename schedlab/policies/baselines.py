@@ -86,9 +86,15 @@ def _requested(job: JobSpec) -> int:
     return job.requested_gpus or job.min_gpus
 
 
+def _submitted_split(job: JobSpec, num_gpus: int) -> tuple[int, int]:
+    """(micro-batch, accumulation steps) of the job at its submitted batch on num_gpus GPUs, as
+    these baselines run it (fixed_allocation)."""
+    return split_fixed_batch(job.fixed_bsz or job.batch.init_bsz, num_gpus, job.batch)
+
+
 def _runs_its_batch_on(job: JobSpec, num_gpus: int) -> bool:
     """Whether the job's submitted batch splits over num_gpus GPUs within its per-GPU limits."""
-    micro, _ = split_fixed_batch(job.fixed_bsz or job.requested_bsz or job.batch.init_bsz, num_gpus, job.batch)
+    micro, _ = _submitted_split(job, num_gpus)
     return job.batch.min_local_bsz <= micro <= job.batch.max_local_bsz
 
 
@@ -124,7 +130,7 @@ class OptimusPolicy:
 
     @staticmethod
     def predicted_step_s(job: JobSpec, num_replicas: int, gpus_per_node: int) -> float:
-        micro, accum = split_fixed_batch(job.fixed_bsz or job.batch.init_bsz, num_replicas, job.batch)
+        micro, accum = _submitted_split(job, num_replicas)
         return float(step_time_s(_params(job), math.ceil(num_replicas / gpus_per_node), num_replicas, micro, accum))
 
     def schedule(self, round_input: RoundInput) -> RoundResult:

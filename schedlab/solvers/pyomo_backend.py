@@ -11,7 +11,6 @@ import logging
 import math
 import sys
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import pyomo.environ as pyo
@@ -20,6 +19,10 @@ from pyomo.contrib.appsi.solvers import Highs
 
 from schedlab.errors import SolverError
 from schedlab.solvers.outcome import FAILED, OPTIMAL, TIME_LIMIT, SolveOutcome
+from schedlab.solvers.pyomo_options import LEGACY_OPTIONS
+
+_TOL = 1e-7  # relative: solvers' own feasibility and optimality tolerances are ~1e-9 to 1e-6
+
 
 def _pyomo_logs_to_stderr() -> None:
     """Pyomo writes its ERROR: and WARNING: lines to stdout, where `schedlab solve` writes its
@@ -30,32 +33,6 @@ def _pyomo_logs_to_stderr() -> None:
 
 
 _pyomo_logs_to_stderr()
-
-
-@dataclass(frozen=True)
-class LegacyOptions:
-    """How one Pyomo solver is told the time limit, the relative gap and the threads (its own
-    option names), and whether it is given the model's start point: only where it honours it.
-    `whole_seconds`: the solver reads the time limit as an integer (glpsol's --tmlim)."""
-
-    time_limit: str
-    gap: str
-    threads: str | None
-    takes_start: bool
-    whole_seconds: bool = False
-
-
-_TOL = 1e-7  # relative: solvers' own feasibility and optimality tolerances are ~1e-9 to 1e-6
-
-# CBC 2.10 hands a MIP start back as "Optimal" without searching (-85.5 reported optimal where
-# the optimum is -42.3), so it starts cold; GLPK and SCIP take no start through Pyomo's files.
-LEGACY_OPTIONS = {
-    "cbc": LegacyOptions("sec", "ratioGap", "threads", takes_start=False),
-    "glpk": LegacyOptions("tmlim", "mipgap", None, takes_start=False, whole_seconds=True),
-    "scip": LegacyOptions("limits/time", "limits/gap", "parallel/maxnthreads", takes_start=False),
-    "gurobi": LegacyOptions("TimeLimit", "MIPGap", "Threads", takes_start=True),
-    "cplex": LegacyOptions("timelimit", "mip_tolerances_mipgap", "threads", takes_start=True),
-}
 
 
 def _column_values(model: pyo.ConcreteModel) -> np.ndarray:

@@ -23,6 +23,7 @@ from schedlab.solvers.cpsat import solve_cpsat
 from schedlab.solvers.highs_direct import solve_highs
 from schedlab.solvers.outcome import SolveOutcome
 from schedlab.solvers.portfolio import solve_portfolio
+from schedlab.solvers.pyomo_options import LEGACY_OPTIONS
 from schedlab.state import Settings
 
 
@@ -71,7 +72,7 @@ SOLVERS: dict[str, Callable[[Any, Settings], tuple[SolveOutcome, float]]] = {
     "cpsat": ArraySolver(solve_cpsat),
     "portfolio": ArraySolver(solve_portfolio, extra=("lp_first",)),
     "appsi_highs": PyomoSolver("solve_appsi_highs"),
-    **{name: PyomoSolver("solve_legacy", name) for name in ("cbc", "glpk", "scip", "gurobi", "cplex")},
+    **{name: PyomoSolver("solve_legacy", name) for name in LEGACY_OPTIONS},
 }
 
 
