@@ -104,10 +104,11 @@ def test_fit_recovers_a_table_that_follows_the_model(tmp_path):
 
 def test_cli_fit_prints_the_error_and_profiles(tmp_path):
     path = _synthetic_table(ThroughputParams(0.02, 0.004, 0.3, 0.02, 0.05, 0.01, 1.0), tmp_path)
-    out = subprocess.run([sys.executable, "-m", "schedlab.cli", "calibrate", "--fit", str(path), "--json"],
-                         capture_output=True, text=True, check=True).stdout.splitlines()
-    assert "RMSLE" in out[0]
-    profile = json.loads(out[-1])["net"]
+    fit = [sys.executable, "-m", "schedlab.cli", "calibrate", "--fit", str(path)]
+    text = subprocess.run(fit, capture_output=True, text=True, check=True).stdout
+    assert "net" in text and "RMSLE" in text
+    profile = json.loads(subprocess.run(fit + ["--json"], capture_output=True, text=True, check=True).stdout)["net"]
+    assert profile["rmsle"] < 0.05 and profile["points"] == 25
     assert set(profile["throughput_params"]["gpu-x"]) == {"alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r",
                                                          "beta_r", "gamma"}
 
