@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -65,6 +67,26 @@ def test_best_batch_beats_every_fixed_batch_on_its_grid():
     best = best_batch(prof.params, prof.grad_stats, prof.batch, [1], [4]).goodput[0]
     for bsz in (128, 256, 512, 1024):
         assert best >= best_batch(prof.params, prof.grad_stats, prof.batch, [1], [4], fixed_bsz=bsz).goodput[0] - 1e-9
+
+
+def test_best_batch_of_many_shapes_is_each_shapes_own():
+    """Thousands of shapes are valued in blocks, with a mix of per-shape and shared parameters;
+    each must get exactly what it gets valued alone."""
+    from schedlab.models.efficiency import _BLOCK_SHAPES
+
+    prof = shipped_profiles()["bert"]
+    rng = np.random.default_rng(0)
+    count = 2 * _BLOCK_SHAPES + 17
+    gamma = rng.uniform(1.0, 3.0, count)
+    params = replace(prof.params, gamma=gamma)
+    nodes = rng.integers(1, 4, count)
+    gpus = nodes * rng.integers(1, 9, count)
+    fixed = np.where(rng.random(count) < 0.1, 512, 0)
+    many = best_batch(params, prof.grad_stats, prof.batch, nodes, gpus, fixed)
+    for i in rng.choice(count, 40, replace=False):
+        one = best_batch(replace(prof.params, gamma=gamma[i]), prof.grad_stats, prof.batch, nodes[i], gpus[i], fixed[i])
+        assert (many.goodput[i], many.local_bsz[i], many.accum_steps[i]) == (one.goodput[0], one.local_bsz[0],
+                                                                             one.accum_steps[0])
 
 
 def test_measured_lookup_returns_measured_rows_and_rotates_placements():
