@@ -14,6 +14,7 @@ from conftest import tiny_round
 from schedlab.bench import random_round
 from schedlab.formulations.goodput import build_arrays
 from schedlab.formulations.options import enumerate_options
+from schedlab.solvers import highs_direct
 from schedlab.solvers.highs_direct import solve_highs
 from schedlab.state import Settings
 
@@ -42,7 +43,11 @@ def test_lp_first_and_full_mip_reach_the_brute_force_optimum():
     assert paths["LP relaxation integral"] > 0
 
 
-def test_neighbourhood_points_are_within_the_gap_of_the_full_optimum():
+@pytest.mark.parametrize("ipm_min_cols", [highs_direct.IPM_MIN_COLS, 0], ids=["relaxation by simplex", "by IPM"])
+def test_neighbourhood_points_are_within_the_gap_of_the_full_optimum(ipm_min_cols, monkeypatch):
+    """The relaxation of the largest rounds is solved by interior point (with crossover): its
+    vertex must serve the neighbourhood search as the simplex's does."""
+    monkeypatch.setattr(highs_direct, "IPM_MIN_COLS", ipm_min_cols)
     rng = np.random.default_rng(5)
     paths = Counter()
     for _ in range(12):

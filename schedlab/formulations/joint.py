@@ -76,6 +76,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -85,8 +86,8 @@ from schedlab.formulations.base import OneModel
 from schedlab.formulations.freezing import fold_freeze_levels, has_freezing
 from schedlab.formulations.goodput import max_min_upper, max_min_weight, min_job_speedup, objective_value
 from schedlab.formulations.options import (chain_levels, fair_shape, field_values, job_allocations, multi_node_counts,
-                                           node_groups, prune_dominated, restart_factor, unallocated_utilities,
-                                           utility)
+                                           node_groups, prune_dominated, restart_factor, stay_options,
+                                           unallocated_utilities, utility)
 from schedlab.formulations.packing import NodeState
 from schedlab.models.efficiency import BatchChoice, best_batch
 from schedlab.solvers.arrays import MilpArrays
@@ -226,7 +227,11 @@ class JointOptions:
         return len(self.round_input.jobs)
 
     def stay_option(self, j: int) -> int:
-        return int(np.flatnonzero((self.job == j) & (self.kind == STAY))[0])
+        return self._stay_options[j]
+
+    @cached_property
+    def _stay_options(self) -> dict[int, int]:
+        return stay_options(self.job, self.kind == STAY)
 
     def comp(self, c: int) -> tuple[int, ...]:
         """Option c's GPUs per slice of its heterogeneous node (() for other kinds)."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from functools import cache
+from functools import cache, cached_property
 from operator import attrgetter
 from typing import Any
 from dataclasses import dataclass, replace
@@ -111,7 +111,12 @@ class OptionSet:
 
     def stay_option(self, j: int) -> int:
         """Index of job j's stay option."""
-        return int(np.flatnonzero((self.job == j) & self.stay)[0])
+        return self._stay_options[j]
+
+    @cached_property
+    def _stay_options(self) -> dict[int, int]:
+        """Job -> its stay option (a scan per job was quadratic: 0.12 s a round at 8,000 jobs)."""
+        return stay_options(self.job, self.stay)
 
     def revalue(self, which: np.ndarray, jobs: tuple[JobSpec, ...], job_of: np.ndarray):
         """The best batch of the shapes of options `which`, each valued as jobs[job_of[i]]."""
@@ -128,6 +133,12 @@ class OptionSet:
                        penalized_speedup=self.penalized_speedup[pick], utility=self.utility[pick],
                        local_bsz=self.local_bsz[pick], accum_steps=self.accum_steps[pick],
                        stay_nodes={j: c for j, c in self.stay_nodes.items() if j in kept})
+
+
+def stay_options(job: np.ndarray, is_stay: np.ndarray) -> dict[int, int]:
+    """{job: index of its stay option} over an option set's columns."""
+    stays = np.flatnonzero(is_stay)
+    return dict(zip(job[stays].tolist(), stays.tolist()))
 
 
 def job_allocations(opts, picked: np.ndarray, gpus_of: dict[int, tuple[GpuRef, ...]]) -> tuple[JobAllocation, ...]:

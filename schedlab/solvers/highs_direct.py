@@ -181,11 +181,19 @@ _OPTIONS = {"mip_heuristic_run_rins": False, "mip_heuristic_run_rens": False,
             "mip_heuristic_run_feasibility_jump": False, "mip_heuristic_run_root_reduced_cost": False}
 
 
+# LPs of at least this many columns go to HiGHS's interior point solver (with crossover, so the
+# answer is still a vertex with few fractional jobs). Relaxations of random goodput rounds, dual
+# simplex vs IPM: 10,063 columns 64 vs 65 ms; 40,856 columns 757 vs 312 ms; 81,342 2.88 vs 0.95 s.
+IPM_MIN_COLS = 20_000
+
+
 def _highs(model: MilpArrays, integer: np.ndarray, time_limit_s: float, mip_gap: float, seed: int,
            presolve: bool = False, stop: StopSignal | None = None) -> highspy.Highs:
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("presolve", "on" if presolve else "off")
+    if model.num_cols >= IPM_MIN_COLS and not integer.any():
+        h.setOptionValue("solver", "ipm")
     for name, value in _OPTIONS.items():
         h.setOptionValue(name, value)
     h.setOptionValue("threads", 1)
