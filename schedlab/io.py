@@ -10,9 +10,10 @@ import difflib
 import json
 import math
 import reprlib
+import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from schedlab.errors import InputError, SchedlabError
 from schedlab.models.freezing import PROFILES as LAYER_PROFILES, layer_profile
@@ -104,6 +105,29 @@ _FIELD_RULES = {kind: {key: _rules(spec) for key, spec in node["properties"].ite
                 for kind, node in _OBJECTS.items()}
 
 
+class _Accept(NamedTuple):
+    """A rule as the ranges a plain int or float within it falls in: the common, valid case is
+    two comparisons (a round of 8,000 jobs reads ~200,000 numbers); anything else, NaN and
+    infinities included (they fail the comparisons), goes to _number_problem for its message."""
+
+    float_lo: float  # floats in [float_lo, float_hi] are valid; integer fields take none here
+    float_hi: float
+    int_lo: int
+    int_hi: int
+    positive: bool
+    integer: bool
+
+
+def _accept(minimum: float | None, positive: bool, integer: bool, maximum: float | None) -> _Accept:
+    lo = -math.inf if minimum is None else minimum
+    hi = sys.float_info.max if maximum is None else maximum
+    return _Accept(math.inf if integer else lo, -math.inf if integer else hi,
+                   math.ceil(max(lo, -(2**53))), math.floor(min(hi, 2**53)), positive, integer)
+
+
+_FIELD_ACCEPT = {kind: {key: _accept(**rules) for key, rules in keys.items()} for kind, keys in _FIELD_RULES.items()}
+
+
 def _number_problem(v: Any, minimum: float | None, positive: bool, integer: bool, maximum: float | None) -> str | None:
     """What is wrong with v as a number of these bounds, or None."""
     kind = type(v)
@@ -150,6 +174,15 @@ class _Checker:
 
     def field(self, d: Mapping, kind: str, key: str, where: str, default=None, required: bool = False):
         """A number of an object of `kind`, checked against its schema's type and range."""
+        v = d.get(key)
+        accept = _FIELD_ACCEPT[kind][key]
+        if type(v) is float:
+            if accept.float_lo <= v <= accept.float_hi and (v > 0 or not accept.positive):
+                return v
+        elif type(v) is int and accept.int_lo <= v <= accept.int_hi and (v > 0 or not accept.positive):
+            return v if accept.integer else float(v)
+        elif v is None and not required:
+            return default
         return self.number(d, key, where, default, required=required, **_FIELD_RULES[kind][key])
 
     def flag(self, d: Mapping, key: str, where: str, default: bool) -> bool:
@@ -170,6 +203,8 @@ class _Checker:
 
     def known(self, d: Mapping, kind: str, where: str) -> None:
         allowed = SCHEMA_KEYS[kind]
+        if allowed.issuperset(d):
+            return
         for key in d:
             if key not in allowed:
                 close = difflib.get_close_matches(str(key), allowed, n=1)
