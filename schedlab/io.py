@@ -386,7 +386,12 @@ def _parse_job(ck: _Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | No
     if max_gpus < min_gpus:
         ck.bad(f"{where}.max_gpus", f"{max_gpus} is below min_gpus {min_gpus}; raise max_gpus")
     current = []
+    gpu_index = _FIELD_ACCEPT["gpu"]["gpu"]
     for k, rg in enumerate(ck.sequence(raw, "current_gpus", where)):
+        if (type(rg) is dict and len(rg) == 2 and type(node := rg.get("node")) is str
+                and type(gpu := rg.get("gpu")) is int and gpu_index.int_lo <= gpu <= gpu_index.int_hi):
+            current.append(GpuRef(node, gpu))  # the common case, checked whole; the rest below
+            continue
         gw = f"{where}.current_gpus[{k}]"
         rg = ck.mapping(rg, gw, "gpu")
         node, gpu = rg.get("node"), ck.field(rg, "gpu", "gpu", gw, 0, required=True)
@@ -494,8 +499,8 @@ def _check_current_gpus(ck: _Checker, jobs: list[JobSpec], cluster: Cluster) -> 
     holder: dict[GpuRef, str] = {}
     for i, job in enumerate(jobs):
         types = set()
+        where = f"jobs[{i}].current_gpus"
         for ref in job.current_gpus:
-            where = f"jobs[{i}].current_gpus"
             if ref.node not in nodes:
                 ck.bad(where, f"node {_show(ref.node)} is not in the cluster")
                 continue

@@ -63,11 +63,22 @@ def test_portfolio_reaches_the_optimum_whichever_solver_wins(seed):
 
 
 def test_the_first_proof_stops_the_other_search():
-    """On this round CP-SAT proves the optimum in ~0.1 s, HiGHS's MIP needs ~2 s: it is cut short."""
+    """On this round CP-SAT proves the optimum in ~0.1 s, HiGHS's MIP from the model's start needs
+    ~2 s: it is cut short."""
     arrays = _loose_lp_round()
-    out = portfolio.solve_portfolio(arrays, 60.0, 1e-4)
+    out = portfolio.solve_portfolio(arrays, 60.0, 1e-4, lp_first=False)
     assert out.status == "optimal" and "cpsat: OPTIMAL" in out.message
     assert "highs MIP: Interrupted by user" in out.message, out.message
+
+
+def test_the_race_starts_highs_from_the_better_of_the_lp_first_point_and_the_models_start():
+    arrays = _loose_lp_round()
+    first = portfolio.lp_first_search(arrays, 60.0, 1e-4)
+    assert first.status != "optimal" and first.objective > arrays.objective(arrays.start)
+    assert portfolio._from_best(arrays, [first]).start is first.values
+    worse = SolveOutcome("time_limit", np.zeros(arrays.num_cols), arrays.objective(np.zeros(arrays.num_cols)), math.nan, 0.0)
+    assert worse.objective < arrays.objective(arrays.start)
+    assert portfolio._from_best(arrays, [worse]).start is arrays.start
 
 
 def test_portfolio_keeps_the_highs_point_when_cpsat_finds_nothing(monkeypatch):

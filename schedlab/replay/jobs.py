@@ -121,16 +121,18 @@ class JobAgent:
             self._stale = False
         return self._params
 
-    def choose_split(self, state: JobState, fixed_bsz: int | None) -> BatchSplit:
-        """The batch the job runs on its GPUs: fixed by the user, or the best goodput under its
-        own model (before any measurement: the smallest batch that fits, as Pollux's agent)."""
-        r = len(state.gpus)
+    def choose_split(self, num_nodes: int, num_replicas: int, grad: GradStats | None,
+                     fixed_bsz: int | None) -> BatchSplit:
+        """The batch the job runs on its GPUs (`num_replicas` over `num_nodes`): fixed by the
+        user, or the best goodput under its own model and the gradient statistics it measured
+        (before any measurement: the smallest batch that fits, as Pollux's agent)."""
+        r = num_replicas
         if fixed_bsz is not None:
             return self.truth.split_fixed_batch(fixed_bsz, r)
         params = self.params
-        if params is None or state.grad is None:
+        if params is None or grad is None:
             return self.truth.split_fixed_batch(max(self.truth.init_bsz, self.truth.min_local_bsz * r), r)
-        return _best_split(params, state.grad, self.truth.limits, len(state.placement), r)
+        return _best_split(params, grad, self.truth.limits, num_nodes, r)
 
 
 # A fit and a best batch are pure functions of their inputs, and jobs of one application meet the
@@ -209,7 +211,7 @@ def advance(state: JobState, truth: ApplicationTruth, agent: JobAgent, fixed_bsz
         if pi:
             spent += pi * gained / truth.completion_progress
         if agent.adaptive and completion is None:
-            split = agent.choose_split(replace(state, grad=grad), fixed_bsz)
+            split = agent.choose_split(len(placement), r, grad, fixed_bsz)
     return replace(state, rescale_left_s=state.rescale_left_s - delay, progress=progress, epoch=epoch, split=split,
                    grad=grad, attained_gpu_s=attained, penalty_spent=spent, completion_s=completion)
 
@@ -245,7 +247,7 @@ def reallocate(state: JobState, agent: JobAgent, gpus: tuple[GpuRef, ...], fixed
     if not gpus:
         return replace(state, gpus=(), split=None)
     moved = replace(state, gpus=gpus, rescale_left_s=restart_delay_s, num_allocations=state.num_allocations + 1)
-    return replace(moved, split=agent.choose_split(moved, fixed_bsz))
+    return replace(moved, split=agent.choose_split(len(moved.placement), len(gpus), moved.grad, fixed_bsz))
 
 
 def remaining_steps(state: JobState, truth: ApplicationTruth, total_bsz: int | None) -> float:
