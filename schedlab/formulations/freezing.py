@@ -38,15 +38,14 @@ layer-group rather than per-layer freezing (4-6 groups per network).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
 
 from schedlab.formulations.options import OptionSet, enumerate_options, utility
-from schedlab.models.freezing import level_penalties, level_scales, scaled_params
-from schedlab.state import BatchLimits, GradStats, JobSpec, RoundInput, ThroughputParams
+from schedlab.models.freezing import level_penalties, level_scales
+from schedlab.state import JobSpec, RoundInput
 
 _BUDGET_TOL = 1e-12  # floating-point slack on d_ck <= b_j
 
@@ -55,48 +54,38 @@ def has_freezing(round_input: RoundInput) -> bool:
     return any(job.freezing is not None for job in round_input.jobs)
 
 
-class _Variant(NamedTuple):
-    """What valuing a job's options reads of it (formulations.options._value_rows), with the
-    throughput of a freeze level: ~50x cheaper to make than a JobSpec (dataclasses.replace)."""
+class _PerJob(NamedTuple):
+    """Per job j and level k (arrays over jobs, or jobs x levels 0..top)."""
 
-    throughput: Mapping[str, ThroughputParams]
-    grad_stats: GradStats
-    batch: BatchLimits
-    fixed_bsz: int | None
-
-
-def _frozen_variants(jobs: tuple[JobSpec, ...], top: int) -> tuple[JobSpec | _Variant, ...]:
-    """Job j with the first k groups frozen at index (k - 1) * |J| + j, k = 1..top (jobs that
-    cannot freeze k groups appear unchanged; their rows are never asked for)."""
-    variants: list[list[JobSpec | _Variant]] = [list(jobs) for _ in range(top)]
-    for j, job in enumerate(jobs):
-        if job.freezing is None:
-            continue
-        c_k, s_k, _ = level_scales(job.freezing.groups)
-        for k in range(1, job.freezing.top_level + 1):
-            variants[k - 1][j] = _Variant({t: scaled_params(p, float(c_k[k]), float(s_k[k])) for t, p in job.throughput.items()},
-                                          job.grad_stats, job.batch, job.fixed_bsz)
-    return tuple(job for level in variants for job in level)
+    lo: np.ndarray  # allowed levels [lo_j, hi_j]
+    hi: np.ndarray
+    pi: np.ndarray  # pi_jk
+    c: np.ndarray  # c_jk, s_jk: compute and sync left with k groups frozen (1 at k = 0)
+    s: np.ndarray
+    per_goodput: np.ndarray  # progress this round per unit of goodput, round_s / (M0 N)
+    budget: np.ndarray  # budget left
+    gain_bound: np.ndarray  # (1 - pi_jk) / min(c_jk, s_jk)
 
 
-def _per_job(jobs: tuple[JobSpec, ...], top: int, round_s: float):
-    """Per job: allowed levels [lo, hi]; pi_jk; progress this round per unit of goodput,
-    round_s / (M0 N); budget left; and gain_bound_jk = (1 - pi_jk) / min(c_k, s_k). Freezing
-    shrinks every part of the step by at least min(c_k, s_k), so g_ck <= g_c0 / min(c_k, s_k):
-    where gain_bound <= 1 level k is never worth more than level 0, which spends nothing."""
+def _per_job(jobs: tuple[JobSpec, ...], top: int, round_s: float) -> _PerJob:
+    """What fold_freeze_levels reads of each job. Freezing shrinks every part of the step by at
+    least min(c_k, s_k), so g_ck <= g_c0 / min(c_k, s_k): where gain_bound <= 1 level k is never
+    worth more than level 0, which spends nothing."""
     lo = np.array([job.freezing.min_frozen if job.freezing else 0 for job in jobs], dtype=int)
     hi = np.array([job.freezing.top_level if job.freezing else 0 for job in jobs], dtype=int)
-    pi_jk, gain_bound = np.zeros((len(jobs), top + 1)), np.ones((len(jobs), top + 1))
+    pi, gain_bound = np.zeros((len(jobs), top + 1)), np.ones((len(jobs), top + 1))
+    c, s = np.ones((len(jobs), top + 1)), np.ones((len(jobs), top + 1))
     per_goodput, budget = np.zeros(len(jobs)), np.full(len(jobs), np.inf)
     for j, job in enumerate(jobs):
         if job.freezing:
             levels = slice(0, hi[j] + 1)
-            pi_jk[j, levels] = level_penalties(job.freezing)[levels]
+            pi[j, levels] = level_penalties(job.freezing)[levels]
             c_k, s_k, _ = level_scales(job.freezing.groups)
-            gain_bound[j, levels] = (1.0 - pi_jk[j, levels]) / np.minimum(c_k, s_k)[levels]
+            c[j, levels], s[j, levels] = c_k[levels], s_k[levels]
+            gain_bound[j, levels] = (1.0 - pi[j, levels]) / np.minimum(c_k, s_k)[levels]
             per_goodput[j] = round_s / (job.batch.init_bsz * job.freezing.total_steps)
             budget[j] = job.freezing.budget_left + _BUDGET_TOL
-    return lo, hi, pi_jk, per_goodput, budget, gain_bound
+    return _PerJob(lo, hi, pi, c, s, per_goodput, budget, gain_bound)
 
 
 def enumerate_freeze_options(round_input: RoundInput, prune: bool = True) -> OptionSet:
@@ -106,15 +95,15 @@ def enumerate_freeze_options(round_input: RoundInput, prune: bool = True) -> Opt
 
 def fold_freeze_levels(round_input: RoundInput, base, prune: bool = True):
     """`base` (every option of a round, unpruned: an OptionSet, or the joint model's options)
-    with each option at its best admissible freeze level k*(c). The base revalues its options for
-    other jobs (`revalue`), knows its dominance (`undominated`) and selects options (`subset`)."""
+    with each option at its best admissible freeze level k*(c). The base revalues its options with
+    their compute and sync scaled (`revalue`), knows its dominance (`undominated`) and selects options (`subset`)."""
     jobs, s = round_input.jobs, round_input.settings
     top = max((job.freezing.top_level for job in jobs if job.freezing), default=0)
     n = base.num_options
     ratio = np.divide(base.penalized_speedup, base.speedup, out=np.zeros(n), where=base.speedup > 0)  # restart factor
     fair = np.divide(base.goodput, base.speedup, out=np.zeros(n), where=base.speedup > 0)
 
-    lo, hi, pi_jk, per_goodput, budget, gain_bound = _per_job(jobs, top, round_input.round_s)
+    lo, hi, pi_jk, c_jk, s_jk, per_goodput, budget, gain_bound = _per_job(jobs, top, round_input.round_s)
     jc = base.job
 
     # value[k, c] (-inf where level k is not allowed), speed[k, c] (effective speedup before the
@@ -134,7 +123,7 @@ def fold_freeze_levels(round_input: RoundInput, base, prune: bool = True):
     which = np.concatenate(rows_of[1:]) if top else np.zeros(0, dtype=int)
     if len(which):  # every frozen (level, option) valued in one vectorized best-batch call
         level = np.concatenate([np.full(len(r), k) for k, r in enumerate(rows_of) if k])
-        choice = base.revalue(which, _frozen_variants(jobs, top), (level - 1) * len(jobs) + jc[which])
+        choice = base.revalue(which, c_jk[jc[which], level], s_jk[jc[which], level])
         goodput[level, which], local[level, which], accum[level, which] = choice.goodput, choice.local_bsz, choice.accum_steps
     for k, rows in enumerate(rows_of):
         g, pi = goodput[k, rows], pi_jk[jc[rows], k]

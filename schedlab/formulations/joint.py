@@ -237,12 +237,14 @@ class JointOptions:
         """Option c's GPUs per slice of its heterogeneous node (() for other kinds)."""
         return self.compositions[self.pool[c]][self.comp_id[c]] if self.kind[c] == COMP else ()
 
-    def revalue(self, which: np.ndarray, jobs: tuple[JobSpec, ...], job_of: np.ndarray) -> BatchChoice:
-        """The best batch of options `which`, each valued as jobs[job_of[i]] (e.g. layers frozen)."""
+    def revalue(self, which: np.ndarray, compute: np.ndarray, sync: np.ndarray) -> BatchChoice:
+        """The best batch of options `which` with their compute and sync times scaled by
+        `compute[i]` and `sync[i]` (e.g. layers frozen: models.freezing.scaled_params)."""
         nodes = self.num_nodes[which]
-        return BatchChoice(*_value(jobs, np.asarray(job_of, int), self.gpu_type[which], nodes, self.num_gpus[which],
-                                   self.tau[which], self.sync_scale[which],
-                                   np.where(nodes > 1, self.cluster.across_node_factor, 1.0)))
+        return BatchChoice(*_value(self.round_input.jobs, self.job[which], self.gpu_type[which], nodes,
+                                   self.num_gpus[which], self.tau[which], self.sync_scale[which],
+                                   np.where(nodes > 1, self.cluster.across_node_factor, 1.0),
+                                   (np.asarray(compute, dtype=float), np.asarray(sync, dtype=float))))
 
     def undominated(self, util: np.ndarray) -> np.ndarray:
         return _undominated(self, util)
@@ -335,12 +337,14 @@ def _stay(job: JobSpec, cl: JointCluster, node_index: dict[str, int]) -> tuple[d
 
 
 def _value(jobs: tuple[JobSpec, ...], job: np.ndarray, gpu_type: np.ndarray, nodes: np.ndarray, gpus: np.ndarray,
-           tau: np.ndarray, sync: np.ndarray, spread: np.ndarray):
+           tau: np.ndarray, sync: np.ndarray, spread: np.ndarray, frozen: tuple[np.ndarray, np.ndarray] | None = None):
     """Best batch of every row in one vectorized call, each distinct (job, GPU type, shape, tier,
-    sync scale, spread factor) valued once, with the parameters scaled as the docstring says."""
+    sync scale, spread factor and, with `frozen` = (c, s) per row, freeze scales) valued once,
+    with the parameters scaled as the docstring says (first by c and s, as scaled_params)."""
     types = sorted(set(gpu_type.tolist()))
     type_index = np.searchsorted(types, gpu_type)
-    codes = [np.unique(col, return_inverse=True) for col in (job, type_index, nodes, gpus, tau, sync, spread)]
+    columns = (job, type_index, nodes, gpus, tau, sync, spread) + (frozen or ())
+    codes = [np.unique(col, return_inverse=True) for col in columns]
     key = np.zeros(len(job), dtype=np.int64)
     for values, code in codes:  # one mixed-radix integer per row: a 1-D unique is much faster than axis=0
         key = key * len(values) + code.ravel()
@@ -352,7 +356,11 @@ def _value(jobs: tuple[JobSpec, ...], job: np.ndarray, gpu_type: np.ndarray, nod
         for t, name in enumerate(types):
             if name in spec.throughput:
                 table[j, t] = field_values(spec.throughput[name])
-    params = table[uj, ut] * np.column_stack([utau, utau, usync, usync, np.ones((len(uj), 3))])
+    params = table[uj, ut]
+    if frozen is not None:
+        params[:, :2] *= frozen[0][first, None]
+        params[:, 2:6] *= frozen[1][first, None]
+    params *= np.column_stack([utau, utau, usync, usync, np.ones((len(uj), 3))])
     params[:, :6] *= uspread[:, None]
     grad = np.array([field_values(s.grad_stats) for s in jobs]).reshape(-1, 2)[uj]
     batch = np.array([field_values(s.batch) for s in jobs]).reshape(-1, 4)[uj]

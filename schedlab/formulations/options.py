@@ -118,9 +118,10 @@ class OptionSet:
         """Job -> its stay option (a scan per job was quadratic: 0.12 s a round at 8,000 jobs)."""
         return stay_options(self.job, self.stay)
 
-    def revalue(self, which: np.ndarray, jobs: tuple[JobSpec, ...], job_of: np.ndarray):
-        """The best batch of the shapes of options `which`, each valued as jobs[job_of[i]]."""
-        return option_best_batch(self, jobs, which, job_of)
+    def revalue(self, which: np.ndarray, compute: np.ndarray, sync: np.ndarray):
+        """The best batch of options `which` with their compute and sync times scaled by
+        `compute[i]` and `sync[i]` (e.g. layers frozen: models.freezing.scaled_params)."""
+        return option_best_batch(self, which, compute, sync)
 
     def undominated(self, util: np.ndarray) -> np.ndarray:
         return prune_dominated(self.job, self.group, self.num_gpus, util)
@@ -243,24 +244,30 @@ class _Rows:
     gpus: np.ndarray
     types: tuple[str, ...]
 
-    def take(self, which: np.ndarray, job: np.ndarray | None = None) -> _Rows:
-        """Rows `which`, valued as the jobs `job` if given."""
-        return _Rows(self.job[which] if job is None else np.asarray(job, dtype=int), self.group[which],
-                     self.gpu_type[which], self.nodes[which], self.gpus[which], self.types)
+    def take(self, which: np.ndarray) -> _Rows:
+        """Rows `which`."""
+        return _Rows(self.job[which], self.group[which], self.gpu_type[which], self.nodes[which], self.gpus[which],
+                     self.types)
 
 
-def _value_rows(rows: _Rows, jobs: tuple[JobSpec, ...], fixed_bsz: np.ndarray | None = None):
+def _value_rows(rows: _Rows, jobs: tuple[JobSpec, ...], fixed_bsz: np.ndarray | None = None,
+                scale: tuple[np.ndarray, np.ndarray] | None = None):
     """Best batch of every row in one call (or the given total batch per row); per-(job, GPU
-    type) parameters gathered by index."""
+    type) parameters gathered by index, and with `scale` = (compute, sync) per row, the compute
+    parameters scaled by compute and the four sync ones by sync (models.freezing.scaled_params)."""
     T = max(len(rows.types), 1)
     keys, idx = np.unique(rows.job * T + rows.gpu_type, return_inverse=True)
     table = np.array([field_values(jobs[k // T].throughput[rows.types[k % T]]) for k in keys.tolist()])
-    table = table.reshape(len(keys), len(dataclasses.fields(ThroughputParams)))
+    table = table.reshape(len(keys), len(dataclasses.fields(ThroughputParams)))[idx.ravel()]
+    if scale is not None:
+        compute, sync = scale
+        table[:, :2] *= compute[:, None]
+        table[:, 2:6] *= sync[:, None]
     j = rows.job
     job_grad = np.array([field_values(job.grad_stats) for job in jobs]).reshape(len(jobs), 2)[j]
     job_batch = np.array([field_values(job.batch) for job in jobs]).reshape(len(jobs), -1)[j]
     fixed = np.array([job.fixed_bsz or 0 for job in jobs])[j] if fixed_bsz is None else fixed_bsz
-    return best_batch(ThroughputParams(*table[idx.ravel()].T), GradStats(*job_grad.T), BatchLimits(*job_batch.T),
+    return best_batch(ThroughputParams(*table.T), GradStats(*job_grad.T), BatchLimits(*job_batch.T),
                       rows.nodes, rows.gpus, fixed)
 
 
@@ -314,11 +321,11 @@ def option_goodput(opts: OptionSet, total_bsz: np.ndarray) -> tuple[np.ndarray, 
     return choice.goodput, choice.local_bsz, choice.accum_steps
 
 
-def option_best_batch(opts: OptionSet, jobs: tuple[JobSpec, ...], which: np.ndarray, job_of: np.ndarray):
-    """The best batch and its goodput of the shapes of options `which` (indices) for other
-    jobs: option which[i] is valued as jobs[job_of[i]] (e.g. a variant with layers frozen).
-    One vectorized call; a BatchChoice aligned with `which`."""
-    return _value_rows(_option_rows(opts).take(np.asarray(which, dtype=int), job_of), jobs)
+def option_best_batch(opts: OptionSet, which: np.ndarray, compute: np.ndarray, sync: np.ndarray):
+    """The best batch and its goodput of options `which` (indices) with their compute and sync
+    times scaled by compute[i] and sync[i]. One vectorized call; a BatchChoice aligned with `which`."""
+    return _value_rows(_option_rows(opts).take(np.asarray(which, dtype=int)), opts.round_input.jobs,
+                       scale=(np.asarray(compute, dtype=float), np.asarray(sync, dtype=float)))
 
 
 def _round_rows(round_input: RoundInput, groups: tuple[NodeGroup, ...]) -> tuple[_Rows, dict[int, dict[int, int]]]:
