@@ -43,7 +43,7 @@ def _as_round_input(round_input: RoundInput | Mapping[str, Any], overrides: Mapp
 def solve_round(round_input: RoundInput | Mapping[str, Any], *, solver: str | None = None,
                 time_limit_s: float | None = None, mip_gap: float | None = None,
                 formulation: str | None = None, partitions: int | None = None,
-                executor: Executor | None = None) -> RoundResult:
+                solver_options: Mapping[str, Any] | None = None, executor: Executor | None = None) -> RoundResult:
     """Allocate GPUs and batch sizes to every job of one round.
 
     `round_input` is a RoundInput or its JSON dict (schema: schedlab/schemas). Keyword
@@ -55,7 +55,8 @@ def solve_round(round_input: RoundInput | Mapping[str, Any], *, solver: str | No
     """
     started_s = time.perf_counter()
     overrides = {k: v for k, v in {"solver": solver, "time_limit_s": time_limit_s, "mip_gap": mip_gap,
-                                    "formulation": formulation, "partitions": partitions}.items() if v is not None}
+                                    "formulation": formulation, "partitions": partitions,
+                                    "solver_options": solver_options}.items() if v is not None}
     ri = _as_round_input(round_input, overrides)
     if (k := auto_partitions(ri)) > 1:
         left_s = ri.settings.time_limit_s - (time.perf_counter() - started_s)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
+from typing import Any
 
 from schedlab import __version__
-from schedlab.errors import SchedlabError
+from schedlab.errors import ConfigError, SchedlabError
 from schedlab.state import Settings
 
 
@@ -24,10 +26,34 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _fail(f"cannot read {args.round_json}: {exc.strerror}")
     raw = load_json(data, args.round_json)
-    result = solve_round(raw, solver=args.solver, time_limit_s=args.time_limit)
+    with _solver_log(args):
+        result = solve_round(raw, solver=args.solver, time_limit_s=args.time_limit,
+                             solver_options=_solver_options(args.solver_option))
     json.dump(round_result_to_dict(result), sys.stdout, indent=2 if args.pretty else None)
     sys.stdout.write("\n")
     return 0
+
+
+def _solver_options(pairs: list[str]) -> dict[str, Any] | None:
+    """--solver-option NAME=VALUE pairs as settings.solver_options: a value that reads as a JSON
+    number or true/false is one, anything else is a string (checked with the round's fields)."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"--solver-option {pair}: give NAME=VALUE, e.g. --solver-option mip_rel_gap=1e-6")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        options[name] = value if isinstance(value, (bool, int, float)) else text
+    return options or None
+
+
+def _solver_log(args: argparse.Namespace) -> contextlib.AbstractContextManager:
+    from schedlab.solvers.log import solver_log_to_stderr
+
+    return solver_log_to_stderr() if args.solver_log else contextlib.nullcontext()
 
 
 def _solve_stream(args: argparse.Namespace) -> int:
@@ -46,7 +72,9 @@ def _solve_stream(args: argparse.Namespace) -> int:
                 continue
             try:
                 raw = load_json(line, f"line {number}")
-                out = round_result_to_dict(solve_round(raw, solver=args.solver, time_limit_s=args.time_limit))
+                with _solver_log(args):
+                    out = round_result_to_dict(solve_round(raw, solver=args.solver, time_limit_s=args.time_limit,
+                                                           solver_options=_solver_options(args.solver_option)))
             except SchedlabError as exc:
                 out = error_to_dict(exc)
             sys.stdout.write(json.dumps(out) + "\n")
@@ -166,7 +194,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return _fail(f"--allow-solver {unknown[0]}: not in the registry; use one of {', '.join(SOLVERS)}")
     workers = args.workers if args.workers is not None else ServeConfig().workers
     serve(ServeConfig(workers, args.queue, args.max_time_limit, args.max_body_mb * 2**20,
-                      allow_solvers=(*array_solver_names(), *args.allow_solver)), args.host, args.port)
+                      allow_solvers=(*array_solver_names(), *args.allow_solver),
+                      allow_solver_options=args.allow_solver_options), args.host, args.port)
     return 0
 
 
@@ -267,6 +296,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="JSON lines: one round per line in, one result (or error) line out per round, flushed")
     solve.add_argument("--solver", default=None, help="portfolio (default: highs, then highs and cpsat raced), highs, cpsat, appsi_highs, or a Pyomo solver")
     solve.add_argument("--time-limit", type=float, default=None, help="solver time limit in seconds")
+    solve.add_argument("--solver-option", action="append", default=[], metavar="NAME=VALUE",
+                       help="an option for the solver in its own name (settings.solver_options), e.g. "
+                            "mip_rel_gap=1e-6 for highs; repeat for more")
+    solve.add_argument("--solver-log", action="store_true", help="the solver's own log, on stderr")
     solve.add_argument("--pretty", action="store_true", help="indent the output JSON")
     solve.set_defaults(func=_cmd_solve)
 
@@ -341,6 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--max-body-mb", type=_number(int, 1, 1024), default=64, help="the largest round body (MiB)")
     srv.add_argument("--allow-solver", action="append", default=[],
                      help="also allow this registry solver (repeatable; highs, cpsat and portfolio always are)")
+    srv.add_argument("--allow-solver-options", action="store_true",
+                     help="take rounds' settings.solver_options (they reach the solver unchecked: a time limit or a "
+                          "file to write among them)")
     srv.set_defaults(func=_cmd_serve)
 
     rep = sub.add_parser("report", help="tables and figures from a sweep's results folder")

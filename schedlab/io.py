@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import re
 import reprlib
 import sys
 from collections.abc import Mapping
@@ -550,7 +551,44 @@ def _parse_settings(ck: _Checker, raw: Any) -> Settings:
         tier_tolerance=ck.field(raw, "settings", "tier_tolerance", "settings", d.tier_tolerance),
         lp_first=ck.flag(raw, "lp_first", "settings", d.lp_first),
         partitions=ck.field(raw, "settings", "partitions", "settings", d.partitions),
+        solver_options=_parse_solver_options(ck, raw.get("solver_options", {}), solver),
     )
+
+
+_OPTIONS_SPEC = _OBJECTS["settings"]["properties"]["solver_options"]
+_OPTION_NAME = re.compile(_OPTIONS_SPEC["propertyNames"]["pattern"])
+_OPTION_NUMBER, _OPTION_TEXT = (next(s for s in _OPTIONS_SPEC["additionalProperties"]["oneOf"] if s["type"] == t)
+                                for t in ("number", "string"))
+
+
+def _parse_solver_options(ck: _Checker, raw: Any, solver: str) -> tuple[tuple[str, bool | int | float | str], ...]:
+    """{name: value} as the solver's options; names and values checked here, their meaning by
+    the solver when it takes them (an option it does not know is an InputError naming it)."""
+    where = "settings.solver_options"
+    raw = ck.mapping(raw, where)
+    if len(raw) > _OPTIONS_SPEC["maxProperties"]:
+        ck.bad(where, f"{len(raw)} options; at most {_OPTIONS_SPEC['maxProperties']}")
+        return ()
+    if raw and solver == "portfolio":
+        ck.bad(where, "portfolio runs two solvers (highs and cpsat): set settings.solver to the one the options are for")
+        return ()
+    out = []
+    for name, value in raw.items():
+        if not isinstance(name, str) or not _OPTION_NAME.fullmatch(name):
+            ck.bad(where, f"option name {_show(name)} must be a solver's option name (letters, digits, _ and .)")
+            continue
+        if isinstance(value, str):
+            problem = (None if len(value) <= _OPTION_TEXT["maxLength"]
+                       else f"must be at most {_OPTION_TEXT['maxLength']} characters, got {len(value)}")
+        elif isinstance(value, bool):
+            problem = None
+        else:
+            problem = _number_problem(value, _OPTION_NUMBER["minimum"], False, False, _OPTION_NUMBER["maximum"])
+        if problem:
+            ck.bad(f"{where}.{name}", f"{problem} (an option is true/false, a number or a string)")
+            continue
+        out.append((name, value))
+    return tuple(out)
 
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -651,6 +689,9 @@ def round_input_to_dict(ri: RoundInput) -> dict[str, Any]:
     settings = _fields(ri.settings)
     if ri.settings.max_min:
         settings["p"] = "-inf"
+    options = settings.pop("solver_options")
+    if options:
+        settings["solver_options"] = dict(options)
     return {"cluster": cluster_to_dict(ri.cluster), "jobs": jobs, "settings": settings, "round_s": ri.round_s}
 
 

@@ -62,6 +62,7 @@ class ServeConfig:
     max_time_limit_s: float = 60.0
     max_body_bytes: int = 64 * 2**20  # the largest round the schema allows is ~40 MB
     allow_solvers: tuple[str, ...] = field(default_factory=array_solver_names)
+    allow_solver_options: bool = False  # settings.solver_options reach the solver as they are
     max_states: int = 256  # policy states held at once
 
 
@@ -91,11 +92,15 @@ def solve_request(body: bytes, config: ServeConfig) -> tuple[int, dict[str, Any]
 
 
 def _operator_limits(settings: dict, config: ServeConfig) -> list[str]:
+    problems = []
     solver = settings.get("solver", "portfolio")
     if isinstance(solver, str) and solver not in config.allow_solvers:
-        return [f"settings.solver: {solver!r} is not enabled on this service; use one of "
-                f"{', '.join(config.allow_solvers)} (the operator enables others with --allow-solver)"]
-    return []
+        problems.append(f"settings.solver: {solver!r} is not enabled on this service; use one of "
+                        f"{', '.join(config.allow_solvers)} (the operator enables others with --allow-solver)")
+    if settings.get("solver_options") and not config.allow_solver_options:
+        problems.append("settings.solver_options: this service takes no solver options (they could lift its time "
+                        "limit or write files); leave them out (the operator allows them with --allow-solver-options)")
+    return problems
 
 
 class Admission:

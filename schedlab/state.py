@@ -239,6 +239,10 @@ class Settings:
        (solvers.highs_direct); False runs the full MIP.
     partitions: split the round into this many parts solved in parallel (schedlab.partition,
        POP); 0 chooses from the round's size (1 up to 10,000 jobs), 1 never splits.
+    solver_options: (name, value) pairs handed to the solver in its own option names, after
+       schedlab's (so they win): HiGHS options for highs and appsi_highs, CP-SAT parameters for
+       cpsat, the program's options for cbc, glpk, ... (portfolio, which runs two solvers,
+       takes none).
     """
 
     formulation: str = "goodput"
@@ -252,6 +256,7 @@ class Settings:
     tier_tolerance: float = 0.05
     lp_first: bool = True
     partitions: int = 0
+    solver_options: tuple[tuple[str, bool | int | float | str], ...] = ()
 
     @property
     def max_min(self) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -286,3 +287,56 @@ def test_pyomo_log_lines_go_to_stderr_not_into_the_json():
              "logging.getLogger('pyomo.opt').error('Solver (glpk) returned non-zero return code (1)')")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert out.stdout == "" and "ERROR: Solver (glpk)" in out.stderr
+
+
+@pytest.mark.parametrize("solver, option, stopper", [
+    ("highs", {"mip_rel_gap": 0.0}, {"time_limit": 0.0}),
+    ("cpsat", {"linearization_level": 2}, {"max_time_in_seconds": 0.0}),
+    ("appsi_highs", {"mip_rel_gap": 0.0}, {"time_limit": 0.0}),
+    ("cbc", {"ratio": 0.0}, {"seconds": 0.0}),
+])
+def test_solver_options_reach_the_solver_and_win_over_schedlabs(solver, option, stopper):
+    if solver == "cbc" and not shutil.which("cbc"):
+        pytest.skip("cbc is not installed")
+    best = solve_round(_example(), solver="highs").objective
+    assert solve_round(_example(), solver=solver, solver_options=option).objective == pytest.approx(best, rel=1e-5)
+    # a time limit of 0 in the solver's own name overrides the round's: nothing is proven
+    assert solve_round(_example(), solver=solver, solver_options=stopper).status != "optimal"
+
+
+@pytest.mark.parametrize("solver, options, field", [
+    ("highs", {"no_such_option": 1}, "settings.solver_options.no_such_option"),
+    ("highs", {"presolve": "maybe"}, "settings.solver_options.presolve"),
+    ("appsi_highs", {"no_such_option": 1}, "settings.solver_options.no_such_option"),
+    ("cpsat", {"num_workers": "many"}, "settings.solver_options.num_workers"),
+    ("portfolio", {"mip_rel_gap": 0.0}, "settings.solver_options"),
+    ("highs", {"bad name": 1}, "settings.solver_options"),
+    ("highs", {"huge": 1e300}, "settings.solver_options.huge"),
+])
+def test_solver_options_a_solver_rejects_are_input_errors_naming_them(solver, options, field):
+    with pytest.raises(InputError) as err:
+        solve_round(_example(), solver=solver, solver_options=options)
+    assert any(p.startswith(field) for p in err.value.problems), err.value.problems
+
+
+def test_solver_options_survive_the_json_round_trip():
+    raw = {**_example(), "settings": {"solver": "highs", "solver_options": {"presolve": "on", "mip_rel_gap": 1e-6}}}
+    ri = parse_round_input(raw)
+    assert ri.settings.solver_options == (("presolve", "on"), ("mip_rel_gap", 1e-6))
+    assert parse_round_input(round_input_to_dict(ri)) == ri
+    jsonschema.validate(round_input_to_dict(ri), _schema("round_input.schema.json"))
+
+
+@pytest.mark.parametrize("solver, log_line", [("highs", "Coefficient ranges"), ("cpsat", "Starting CP-SAT"),
+                                              ("appsi_highs", "Coefficient ranges"), ("portfolio", "Coefficient ranges")])
+def test_cli_solver_option_and_log_keep_the_json_clean(solver, log_line):
+    options = ["--solver-option", "random_seed=3"] if solver != "portfolio" else []
+    out = _cli("solve", str(EXAMPLE), "--solver", solver, *options, "--solver-log")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["status"] == "optimal"
+    assert log_line in out.stderr
+
+
+def test_cli_solver_option_needs_a_name_and_a_value():
+    out = _cli("solve", str(EXAMPLE), "--solver", "highs", "--solver-option", "mip_rel_gap")
+    assert out.returncode != 0 and "--solver-option mip_rel_gap: give NAME=VALUE" in out.stderr

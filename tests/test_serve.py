@@ -115,6 +115,16 @@ def test_a_solver_path_never_runs(server, tmp_path):
     assert not marker.exists()
 
 
+def test_solver_options_are_refused_unless_the_operator_allows_them():
+    from schedlab.serve import ServeConfig, solve_request
+
+    body = json.dumps({**EXAMPLE, "settings": {"solver": "highs", "solver_options": {"mip_rel_gap": 0.0}}}).encode()
+    status, answer = solve_request(body, ServeConfig())
+    assert status == 400 and answer["problems"][0].startswith("settings.solver_options: this service takes no")
+    status, answer = solve_request(body, ServeConfig(allow_solver_options=True))
+    assert status == 200 and answer["status"] == "optimal"
+
+
 def test_schema_registries_and_openapi_are_published(server):
     assert server.get("/v1/schema")["title"]
     assert set(server.get("/v1/registries")["formulations"]) == {"goodput", "joint", "placement"}

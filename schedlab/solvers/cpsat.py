@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 import numpy as np
 
+from schedlab.errors import InputError
 from schedlab.solvers.arrays import MilpArrays
+from schedlab.solvers.log import solver_log_on, to_stderr
 from schedlab.solvers.outcome import FAILED, OPTIMAL, TIME_LIMIT, SolveOutcome, StopSignal
 
 DEFAULT_SCALE = 1e6
+CPSAT_PARAMETERS_URL = "https://github.com/google/or-tools/blob/stable/ortools/sat/sat_parameters.proto"
 
 
 def _is_integral(values: np.ndarray) -> bool:
@@ -26,7 +30,9 @@ def _is_integral(values: np.ndarray) -> bool:
 
 
 def solve_cpsat(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: int = 0, workers: int = 1,
-                scale: float = DEFAULT_SCALE, stop: StopSignal | None = None) -> SolveOutcome:
+                scale: float = DEFAULT_SCALE, stop: StopSignal | None = None,
+                solver_options: tuple[tuple[str, Any], ...] = ()) -> SolveOutcome:
+    """`solver_options` are CP-SAT parameters (SatParameters fields) set after schedlab's."""
     from ortools.sat.python import cp_model  # here: OR-Tools loads only for rounds it solves
 
     cp = cp_model.CpModel()
@@ -57,6 +63,16 @@ def solve_cpsat(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: in
     solver.parameters.relative_gap_limit = float(mip_gap)
     solver.parameters.num_workers = int(workers)
     solver.parameters.random_seed = int(seed) % 2**31  # an int32 there; the schema allows any int
+    for name, value in solver_options:
+        try:
+            setattr(solver.parameters, name, value)
+        except (AttributeError, TypeError, ValueError):
+            raise InputError([f"settings.solver_options.{name}: CP-SAT has no such parameter or does not take "
+                              f"{value!r} for it; see {CPSAT_PARAMETERS_URL}"]) from None
+    if solver_log_on():
+        solver.parameters.log_search_progress = True
+        solver.parameters.log_to_stdout = False
+        solver.log_callback = to_stderr
     if stop is not None:
         stop.on_stop(solver.stop_search)
     t0 = time.perf_counter()

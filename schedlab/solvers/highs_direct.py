@@ -27,14 +27,19 @@ import time
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import cache
+from typing import Any
 
 import highspy
 import numpy as np
 
+from schedlab.errors import InputError
 from schedlab.solvers.arrays import MilpArrays
+from schedlab.solvers.log import solver_log_on
 from schedlab.solvers.outcome import FAILED, OPTIMAL, TIME_LIMIT, SolveOutcome, StopSignal, best_of
 
 _ROWWISE, _MAXIMIZE = 2, -1
+Options = tuple[tuple[str, Any], ...]  # settings.solver_options: (name, value) pairs
+HIGHS_OPTIONS_URL = "https://ergo-code.github.io/HiGHS/stable/options/definitions/"
 
 
 @contextmanager
@@ -45,7 +50,7 @@ def _stdout_silenced():
     sys.stdout.flush()
     saved = os.dup(1)
     try:
-        os.dup2(_devnull_fd(), 1)
+        os.dup2(2 if solver_log_on() else _devnull_fd(), 1)  # a log asked for goes to stderr
         yield
     finally:
         os.dup2(saved, 1)
@@ -67,15 +72,16 @@ NEIGHBOURHOOD_MAX_SHARE = 0.5
 
 
 def solve_highs(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: int = 0,
-                lp_first: bool = True, stop: StopSignal | None = None) -> SolveOutcome:
-    """`stop` (for a race against another solver) interrupts the full MIP."""
+                lp_first: bool = True, stop: StopSignal | None = None, solver_options: Options = ()) -> SolveOutcome:
+    """`stop` (for a race against another solver) interrupts the full MIP; `solver_options` are
+    HiGHS options set on every solve after schedlab's."""
     t0 = time.perf_counter()
     if not model.num_cols:  # nothing to decide (no job has an option): optimal at the offset
         return SolveOutcome(OPTIMAL, np.zeros(0), model.offset, model.offset, 0.0, "empty model")
     left_s = lambda: time_limit_s - (time.perf_counter() - t0)  # noqa: E731
     found = None
     if lp_first and model.integer.any():
-        found = lp_first_search(model, time_limit_s, mip_gap, seed)
+        found = lp_first_search(model, time_limit_s, mip_gap, seed, solver_options)
         if found.status == OPTIMAL or found.values is not None and left_s() <= 0:
             return replace(found, solve_s=time.perf_counter() - t0)
         if left_s() <= 0:
@@ -83,23 +89,24 @@ def solve_highs(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: in
     # Warm-started from the model's own start, not the neighbourhood's better point: from that
     # point HiGHS 1.12 searched 10-20 s where it proves the optimum in ~0.1 s from the start
     # (2,048 GPUs / 1,024 jobs); the better point still wins if the MIP runs out of time.
-    outcome = _run(model, model.integer, max(left_s(), 1e-3), mip_gap, seed, stop=stop)
+    outcome = _run(model, model.integer, max(left_s(), 1e-3), mip_gap, seed, stop=stop, options=solver_options)
     if found is not None and found.values is not None and (outcome.values is None or found.objective > outcome.objective):
         outcome = best_of((outcome, found), mip_gap)  # the MIP's proof covers the better neighbourhood point
     return replace(outcome, solve_s=time.perf_counter() - t0)
 
 
-def lp_first_search(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: int = 0) -> SolveOutcome:
+def lp_first_search(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: int = 0,
+                    options: Options = ()) -> SolveOutcome:
     """Steps 1-3: the relaxation, then the neighbourhoods around it. OPTIMAL when proven (within
     mip_gap of the LP bound), TIME_LIMIT with the best neighbourhood point otherwise, FAILED
     (values None) when none was found or the relaxation did not solve in time."""
     t0 = time.perf_counter()
     left_s = lambda: time_limit_s - (time.perf_counter() - t0)  # noqa: E731
-    relaxed, reduced_cost = _relax(model, time_limit_s, seed)
+    relaxed, reduced_cost = _relax(model, time_limit_s, seed, options)
     if relaxed.status != OPTIMAL:
         return SolveOutcome(FAILED, None, float("nan"), float("nan"), time.perf_counter() - t0,
                             f"LP relaxation: {relaxed.message}")
-    found = _around_relaxation(model, relaxed, reduced_cost, left_s, mip_gap, seed)
+    found = _around_relaxation(model, relaxed, reduced_cost, left_s, mip_gap, seed, options)
     return replace(found, solve_s=time.perf_counter() - t0)
 
 
@@ -112,7 +119,7 @@ def start_outcome(model: MilpArrays, found: SolveOutcome, solve_s: float) -> Sol
 
 
 def _around_relaxation(model: MilpArrays, relaxed: SolveOutcome, reduced_cost: np.ndarray, left_s,
-                       mip_gap: float, seed: int) -> SolveOutcome:
+                       mip_gap: float, seed: int, options: Options = ()) -> SolveOutcome:
     """Steps 2 and 3. The bound is the relaxation's; status OPTIMAL only within mip_gap of it,
     else TIME_LIMIT with the best point found (None if no neighbourhood had one)."""
     bound, x = relaxed.objective, relaxed.values
@@ -131,7 +138,7 @@ def _around_relaxation(model: MilpArrays, relaxed: SolveOutcome, reduced_cost: n
         fixed = model.integer & ~free
         restricted = replace(model, col_lo=np.where(fixed, np.round(x), model.col_lo),
                              col_hi=np.where(fixed, np.round(x), model.col_hi), start=None)
-        found = _run(restricted, model.integer, max(left_s(), 1e-3), mip_gap, seed, presolve=True)
+        found = _run(restricted, model.integer, max(left_s(), 1e-3), mip_gap, seed, presolve=True, options=options)
         if found.values is None or best.values is not None and found.objective <= best.objective:
             continue
         gap = (bound - found.objective) / max(abs(found.objective), 1e-9)
@@ -165,18 +172,18 @@ def lp_bound(model: MilpArrays, time_limit_s: float = 600.0) -> float:
     return relaxed.objective if relaxed.status == OPTIMAL else float("inf")
 
 
-def _relax(model: MilpArrays, time_limit_s: float, seed: int) -> tuple[SolveOutcome, np.ndarray]:
+def _relax(model: MilpArrays, time_limit_s: float, seed: int, options: Options = ()) -> tuple[SolveOutcome, np.ndarray]:
     """The LP relaxation and its reduced costs. The relaxation of a round is small in rows:
     HiGHS's presolve cost it as much as the simplex (joint, 64 GPUs / 100 jobs: 20 ms with it,
     10 ms without)."""
-    h = _highs(model, np.zeros_like(model.integer), time_limit_s, 0.0, seed)
+    h = _highs(model, np.zeros_like(model.integer), time_limit_s, 0.0, seed, options=options)
     outcome = _outcome(h, model.integer & False)
     return outcome, np.asarray(h.getSolution().col_dual) if outcome.values is not None else np.zeros(model.num_cols)
 
 
 def _run(model: MilpArrays, integer: np.ndarray, time_limit_s: float, mip_gap: float, seed: int,
-         presolve: bool = False, stop: StopSignal | None = None) -> SolveOutcome:
-    return _outcome(_highs(model, integer, time_limit_s, mip_gap, seed, presolve, stop), integer)
+         presolve: bool = False, stop: StopSignal | None = None, options: Options = ()) -> SolveOutcome:
+    return _outcome(_highs(model, integer, time_limit_s, mip_gap, seed, presolve, stop, options), integer)
 
 
 # A round's MIP is small in rows and its LP bound near the optimum: HiGHS's presolve (unless
@@ -194,7 +201,7 @@ IPM_MIN_COLS = 20_000
 
 
 def _highs(model: MilpArrays, integer: np.ndarray, time_limit_s: float, mip_gap: float, seed: int,
-           presolve: bool = False, stop: StopSignal | None = None) -> highspy.Highs:
+           presolve: bool = False, stop: StopSignal | None = None, options: Options = ()) -> highspy.Highs:
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("presolve", "on" if presolve else "off")
@@ -206,6 +213,7 @@ def _highs(model: MilpArrays, integer: np.ndarray, time_limit_s: float, mip_gap:
     h.setOptionValue("time_limit", float(time_limit_s))
     h.setOptionValue("mip_rel_gap", float(mip_gap))
     h.setOptionValue("random_seed", int(seed))
+    set_options(h, options)
     A = model.A.tocsr()
     h.passModel(
         model.num_cols, model.num_rows, A.nnz, _ROWWISE, _MAXIMIZE, model.offset,
@@ -223,9 +231,27 @@ def _highs(model: MilpArrays, integer: np.ndarray, time_limit_s: float, mip_gap:
         stop.on_stop(h.cancelSolve)
     t0 = time.perf_counter()
     with _stdout_silenced():
+        if solver_log_on():  # here: HiGHS prints its banner the moment its output is turned on
+            h.setOptionValue("output_flag", True)
         h.run()
     h.solve_s = time.perf_counter() - t0
     return h
+
+
+def set_options(h: highspy.Highs, options: Options) -> None:
+    """settings.solver_options on a HiGHS instance; InputError naming each one it rejects."""
+    rejected = [f"settings.solver_options.{name}: HiGHS has no such option or does not take {value!r} for it; "
+                f"see {HIGHS_OPTIONS_URL}" for name, value in options
+                if h.setOptionValue(name, value) != highspy.HighsStatus.kOk]
+    if rejected:
+        raise InputError(rejected)
+
+
+def check_options(options: Options) -> None:
+    """Raise InputError for the options HiGHS would reject (for routes that set them unchecked)."""
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    set_options(h, options)
 
 
 def _outcome(h: highspy.Highs, integer: np.ndarray) -> SolveOutcome:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import copy_context
 from dataclasses import replace
 
 from schedlab.solvers.arrays import MilpArrays
@@ -55,7 +56,7 @@ def solve_portfolio(model: MilpArrays, time_limit_s: float, mip_gap: float, seed
         return out
 
     with ThreadPoolExecutor(max_workers=1) as pool:
-        cp = pool.submit(racer, solve_cpsat, replace(model, start=None), left_s, mip_gap, seed)
+        cp = pool.submit(copy_context().run, racer, solve_cpsat, replace(model, start=None), left_s, mip_gap, seed)
         highs = racer(solve_highs, _from_best(model, found), left_s, mip_gap, seed, lp_first=False)
         found += [_named("highs MIP", highs), _named("cpsat", cp.result())]
     return replace(best_of(tuple(found), mip_gap), solve_s=time.perf_counter() - t0)

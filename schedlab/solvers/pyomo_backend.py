@@ -7,10 +7,14 @@ the layout of the model's arrays (formulations.base).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import math
+import os
 import sys
 import time
+from typing import Any
 
 import numpy as np
 import pyomo.environ as pyo
@@ -18,10 +22,30 @@ from pyomo.contrib.appsi.base import TerminationCondition
 from pyomo.contrib.appsi.solvers import Highs
 
 from schedlab.errors import SolverError
+from schedlab.solvers.highs_direct import check_options
+from schedlab.solvers.log import solver_log_on
 from schedlab.solvers.outcome import FAILED, OPTIMAL, TIME_LIMIT, SolveOutcome
 from schedlab.solvers.pyomo_options import LEGACY_OPTIONS
 
 _TOL = 1e-7  # relative: solvers' own feasibility and optimality tolerances are ~1e-9 to 1e-6
+Options = tuple[tuple[str, Any], ...]  # settings.solver_options
+
+
+@functools.cache
+def _stderr_logger() -> logging.Logger:
+    """A logger on a copy of stderr's descriptor: APPSI captures fds 1 and 2 while HiGHS runs and
+    hands the log to a logger (with stream_solver it also writes the log to sys.stdout, inside
+    its own capture, and deadlocks)."""
+    log = logging.getLogger("schedlab.solver_log")
+    log.propagate = False
+    log.setLevel(logging.INFO)
+    log.addHandler(logging.StreamHandler(os.fdopen(os.dup(2), "w", buffering=1)))
+    return log
+
+
+def _log_to_stderr() -> contextlib.AbstractContextManager:
+    """Pyomo streams a solver's log (tee) to sys.stdout, where `schedlab solve` writes its JSON."""
+    return contextlib.redirect_stdout(sys.stderr) if solver_log_on() else contextlib.nullcontext()
 
 
 def _pyomo_logs_to_stderr() -> None:
@@ -47,13 +71,16 @@ def set_start(model: pyo.ConcreteModel, start: np.ndarray) -> None:
 
 
 def solve_appsi_highs(model: pyo.ConcreteModel, time_limit_s: float, mip_gap: float,
-                      warm_start: bool = False) -> SolveOutcome:
+                      warm_start: bool = False, options: Options = ()) -> SolveOutcome:
+    check_options(options)  # APPSI sets HiGHS options without looking at what HiGHS says
     opt = Highs()
     opt.config.time_limit = float(time_limit_s)
     opt.config.mip_gap = float(mip_gap)
     opt.config.load_solution = False
     opt.config.warmstart = warm_start
-    opt.highs_options = {"threads": 1}
+    if solver_log_on():
+        opt.config.solver_output_logger = _stderr_logger()
+    opt.highs_options = {"threads": 1, **dict(options)}
     t0 = time.perf_counter()
     res = opt.solve(model)
     solve_s = time.perf_counter() - t0
@@ -65,8 +92,8 @@ def solve_appsi_highs(model: pyo.ConcreteModel, time_limit_s: float, mip_gap: fl
                         str(res.termination_condition))
 
 
-def solve_legacy(model: pyo.ConcreteModel, time_limit_s: float, mip_gap: float, warm_start: bool = False, *,
-                 solver: str) -> SolveOutcome:
+def solve_legacy(model: pyo.ConcreteModel, time_limit_s: float, mip_gap: float, warm_start: bool = False,
+                 options: Options = (), *, solver: str) -> SolveOutcome:
     """`solver` through Pyomo's SolverFactory with its options of LEGACY_OPTIONS, one thread.
     With `warm_start` the model holds a feasible start: it is given to the solver only where it
     honours it, and it checks the answer either way: a status "optimal" below the start (or
@@ -79,9 +106,12 @@ def solve_legacy(model: pyo.ConcreteModel, time_limit_s: float, mip_gap: float, 
     opt.options[table.gap] = mip_gap
     if table.threads is not None:
         opt.options[table.threads] = 1
+    opt.options.update(dict(options))
     start = (_column_values(model), pyo.value(model.obj)) if warm_start else None
     t0 = time.perf_counter()
-    res = opt.solve(model, load_solutions=False, **({"warmstart": True} if warm_start and table.takes_start else {}))
+    with _log_to_stderr():
+        res = opt.solve(model, load_solutions=False, tee=solver_log_on(),
+                        **({"warmstart": True} if warm_start and table.takes_start else {}))
     solve_s = time.perf_counter() - t0
     if len(res.solution) == 0:
         if start is not None:

@@ -48,7 +48,7 @@ class ArraySolver:
 class PyomoSolver:
     """Solves the model's Pyomo form, warm-started from the model's start point, with the
     function `backend` of solvers.pyomo_backend, `solve(pyomo_model, time_limit_s, mip_gap,
-    warm_start)`, passing `solver=` when given. pyomo_backend is imported on the first call, so
+    warm_start, options)`, passing `solver=` when given. pyomo_backend is imported on the first call, so
     rounds solved from arrays never load Pyomo."""
 
     backend: str
@@ -64,12 +64,13 @@ class PyomoSolver:
         pm = model.pyomo()
         pyomo_backend.set_start(pm, model.start())
         build_s = time.perf_counter() - t0
-        return solve(pm, max(s.time_limit_s - build_s, 1e-3), s.mip_gap, warm_start=True), build_s
+        return solve(pm, max(s.time_limit_s - build_s, 1e-3), s.mip_gap, warm_start=True,
+                     options=s.solver_options), build_s
 
 
 SOLVERS: dict[str, Callable[[Any, Settings], tuple[SolveOutcome, float]]] = {
-    "highs": ArraySolver(solve_highs, extra=("lp_first",)),
-    "cpsat": ArraySolver(solve_cpsat),
+    "highs": ArraySolver(solve_highs, extra=("lp_first", "solver_options")),
+    "cpsat": ArraySolver(solve_cpsat, extra=("solver_options",)),
     "portfolio": ArraySolver(solve_portfolio, extra=("lp_first",)),
     "appsi_highs": PyomoSolver("solve_appsi_highs"),
     **{name: PyomoSolver("solve_legacy", name) for name in LEGACY_OPTIONS},
