@@ -11,19 +11,23 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schedlab.errors import InputError, SchedlabError
 from schedlab.formulations import FORMULATIONS
+from schedlab.formulations.base import CustomizedModel
 from schedlab.io import parse_round_input, round_input_to_dict
 from schedlab.partition import auto_partitions, solve_partitioned
 from schedlab.solvers.outcome import FAILED, SolveOutcome
-from schedlab.solvers.registry import solver as get_solver
+from schedlab.solvers.registry import PyomoSolver, solver as get_solver
 from schedlab.state import RoundInput, RoundResult
 from schedlab.verify import verify
+
+if TYPE_CHECKING:
+    import pyomo.environ as pyo
 
 FALLBACK = "fallback"
 
@@ -43,7 +47,8 @@ def _as_round_input(round_input: RoundInput | Mapping[str, Any], overrides: Mapp
 def solve_round(round_input: RoundInput | Mapping[str, Any], *, solver: str | None = None,
                 time_limit_s: float | None = None, mip_gap: float | None = None,
                 formulation: str | None = None, partitions: int | None = None,
-                solver_options: Mapping[str, Any] | None = None, executor: Executor | None = None) -> RoundResult:
+                solver_options: Mapping[str, Any] | None = None, executor: Executor | None = None,
+                customize: Callable[[pyo.ConcreteModel], object] | None = None) -> RoundResult:
     """Allocate GPUs and batch sizes to every job of one round.
 
     `round_input` is a RoundInput or its JSON dict (schema: schedlab/schemas). Keyword
@@ -52,12 +57,19 @@ def solve_round(round_input: RoundInput | Mapping[str, Any], *, solver: str | No
     local processes. Raises InputError for bad input; otherwise always returns a verified
     allocation. settings.time_limit_s bounds the whole call, parsing and model building
     included: the solver gets what is left of it (at least MIN_SOLVE_S).
+
+    `customize(model)` changes the round's Pyomo model (build_model's) before a Pyomo solver
+    (appsi_highs, cbc, glpk, ...) solves it: add constraints, variables or objective terms; the
+    answer is still decoded and verified against the round's rules (formulations.base.CustomizedModel).
     """
     started_s = time.perf_counter()
     overrides = {k: v for k, v in {"solver": solver, "time_limit_s": time_limit_s, "mip_gap": mip_gap,
                                     "formulation": formulation, "partitions": partitions,
                                     "solver_options": solver_options}.items() if v is not None}
     ri = _as_round_input(round_input, overrides)
+    if customize is not None:
+        _check_customizable(ri)
+        return _solve_validated(ri, started_s, customize)
     if (k := auto_partitions(ri)) > 1:
         left_s = ri.settings.time_limit_s - (time.perf_counter() - started_s)
         result = solve_partitioned(ri, k, _solve_validated, executor, left_s)
@@ -69,11 +81,40 @@ def solve_round(round_input: RoundInput | Mapping[str, Any], *, solver: str | No
 MIN_SOLVE_S = 0.01  # the solver's time when parsing and building spent the whole limit: its start, or the greedy
 
 
-def _solve_validated(ri: RoundInput, started_s: float | None = None) -> RoundResult:
+def build_model(round_input: RoundInput | Mapping[str, Any], *, formulation: str | None = None) -> pyo.ConcreteModel:
+    """The round's model in Pyomo, to read, change or write (`model.write("round.lp",
+    io_options={"symbolic_solver_labels": True})`): the formulation module's sets, parameters,
+    variables and constraints under the docstring's names; goodput's x is indexed by (job id,
+    option). Validated as solve_round validates."""
+    ri = _as_round_input(round_input, {"formulation": formulation} if formulation else {})
+    model = FORMULATIONS[ri.settings.formulation](ri)
+    if not hasattr(model, "pyomo"):
+        raise InputError([f"settings.formulation: this {ri.settings.formulation} round is solved as a sequence of "
+                          "models, not one (a placement on more than 128 GPUs); build a smaller round"])
+    return model.pyomo()
+
+
+def _check_customizable(ri: RoundInput) -> None:
+    problems = []
+    if not isinstance(get_solver(ri.settings.solver), PyomoSolver):
+        problems.append(f"settings.solver: customize changes the Pyomo model; {ri.settings.solver!r} solves arrays, "
+                        "use a Pyomo solver (appsi_highs, cbc, glpk, ...)")
+    if auto_partitions(ri) > 1:
+        problems.append("settings.partitions: a customized round is solved whole; set partitions to 1")
+    if problems:
+        raise InputError(problems)
+
+
+def _solve_validated(ri: RoundInput, started_s: float | None = None,
+                     customize: Callable[[pyo.ConcreteModel], object] | None = None) -> RoundResult:
     s = ri.settings
     t0 = time.perf_counter()
     started_s = t0 if started_s is None else started_s
     model = FORMULATIONS[s.formulation](ri)
+    if customize is not None:
+        if not hasattr(model, "pyomo"):
+            raise InputError(["settings.formulation: this round is solved as a sequence of models; customize needs one"])
+        model = CustomizedModel(model, customize)
     options_s = time.perf_counter() - t0
     left_s = max(s.time_limit_s - (time.perf_counter() - started_s), MIN_SOLVE_S)
     try:

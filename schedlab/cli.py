@@ -26,12 +26,26 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _fail(f"cannot read {args.round_json}: {exc.strerror}")
     raw = load_json(data, args.round_json)
+    if args.write:
+        _write_model(raw, args.write)
     with _solver_log(args):
         result = solve_round(raw, solver=args.solver, time_limit_s=args.time_limit,
                              solver_options=_solver_options(args.solver_option))
     json.dump(round_result_to_dict(result), sys.stdout, indent=2 if args.pretty else None)
     sys.stdout.write("\n")
     return 0
+
+
+def _write_model(raw: Any, path: str) -> None:
+    """The round's Pyomo model to an LP or MPS file, with its readable names (x(job_option))."""
+    from schedlab.api import build_model
+
+    if not path.endswith((".lp", ".mps")):
+        raise ConfigError(f"--write {path}: name an .lp or .mps file")
+    try:
+        build_model(raw).write(path, io_options={"symbolic_solver_labels": True})
+    except OSError as exc:
+        raise ConfigError(f"--write {path}: cannot write it ({exc.strerror})") from None
 
 
 def _solver_options(pairs: list[str]) -> dict[str, Any] | None:
@@ -300,6 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="an option for the solver in its own name (settings.solver_options), e.g. "
                             "mip_rel_gap=1e-6 for highs; repeat for more")
     solve.add_argument("--solver-log", action="store_true", help="the solver's own log, on stderr")
+    solve.add_argument("--write", default=None, metavar="MODEL.lp",
+                       help="also write the round's model (Pyomo, readable names) to an .lp or .mps file")
     solve.add_argument("--pretty", action="store_true", help="indent the output JSON")
     solve.set_defaults(func=_cmd_solve)
 

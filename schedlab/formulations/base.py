@@ -13,6 +13,8 @@ as a sequence of small ones, each by the same solver.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -64,3 +66,62 @@ class OneModel:
 
     def solve(self, solver: Solver, settings: Settings) -> tuple[SolveOutcome, float]:
         return solver(self, settings)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class CustomizedModel(OneModel):
+    """A round's model with the caller's change (`customize`) applied to its Pyomo form: the
+    change may add constraints, variables or objective terms. Solved by Pyomo solvers only;
+    decode reads model.columns as before, the objective is the changed model's, and the warm
+    start is offered only where it satisfies the changed model. The greedy fallback knows
+    nothing of the change (solve_round still verifies it against the round's rules)."""
+
+    inner: OneModel
+    customize: Callable[[pyo.ConcreteModel], object]
+
+    @property
+    def round_input(self) -> RoundInput:
+        return self.inner.round_input  # type: ignore[attr-defined]
+
+    @cached_property
+    def _pyomo(self) -> pyo.ConcreteModel:
+        m = self.inner.pyomo()  # type: ignore[attr-defined]
+        self.customize(m)
+        return m
+
+    def pyomo(self) -> pyo.ConcreteModel:
+        return self._pyomo
+
+    def start(self) -> np.ndarray | None:
+        start = self.inner.start()  # type: ignore[attr-defined]
+        return start if _satisfies(self._pyomo, start) else None
+
+    def decode(self, values: np.ndarray) -> tuple[JobAllocation, ...]:
+        return self.inner.decode(values)  # type: ignore[attr-defined]
+
+    def objective(self, values: np.ndarray) -> float:
+        import pyomo.environ as pyo
+
+        _load(self._pyomo, values)
+        return float(pyo.value(self._pyomo.obj))
+
+    def fallback(self) -> np.ndarray:
+        return self.inner.fallback()  # type: ignore[attr-defined]
+
+
+def _load(m: pyo.ConcreteModel, values: np.ndarray) -> None:
+    for v, value in zip(m.columns, values):
+        v.set_value(float(value), skip_validation=True)
+
+
+def _satisfies(m: pyo.ConcreteModel, point: np.ndarray, tol: float = 1e-9) -> bool:
+    """Whether `point` (model.columns, other variables unset) meets every active constraint."""
+    import pyomo.environ as pyo
+
+    _load(m, point)
+    for con in m.component_data_objects(pyo.Constraint, active=True):
+        body = pyo.value(con.body, exception=False)
+        if body is None or con.has_lb() and body < pyo.value(con.lower) - tol \
+                or con.has_ub() and body > pyo.value(con.upper) + tol:
+            return False
+    return True

@@ -205,49 +205,71 @@ def start_point(opts: OptionSet, st: Structure | None = None) -> np.ndarray:
     return v
 
 
+def option_labels(opts: OptionSet) -> list[tuple[str, str]]:
+    """(job id, option) of every column of x: "stay" for a stay option, else the shape, e.g.
+    "g0/2n/8gpu" (group 0, 2 nodes, 8 GPUs); readable names for the Pyomo model and LP files."""
+    ids = [job.id for job in opts.round_input.jobs]
+    return [(ids[j], "stay" if g < 0 else f"g{g}/{n}n/{r}gpu")
+            for j, g, n, r in zip(opts.job.tolist(), opts.group.tolist(), opts.num_nodes.tolist(), opts.num_gpus.tolist())]
+
+
 def build_pyomo(opts: OptionSet) -> pyo.ConcreteModel:
-    """The same model in Pyomo, written term by term as in the module docstring."""
+    """The same model in Pyomo, written term by term as in the module docstring, indexed by
+    names: x[job id, option] (option_labels), w[node id, d], (one) and (minspd) by job id. The
+    parameters a customization reads are on the model too: gpus[c] (a_c), nodes[c], speedup[c]
+    (s'_c) and utility[c] (u_c) over C, the (job id, option) pairs."""
     import pyomo.environ as pyo  # here, not at the top: rounds solved from arrays never load Pyomo
 
     st = structure(opts)
     coef, offset = _objective_coefficients(opts)
+    labels = option_labels(opts)
+    node_id = [n.id for n in opts.round_input.cluster.nodes]
+    job_id = [job.id for job in opts.round_input.jobs]
     m = pyo.ConcreteModel(name="goodput")
-    m.J = pyo.Set(initialize=sorted(set(opts.job.tolist())))
-    m.C = pyo.RangeSet(0, opts.num_options - 1) if opts.num_options else pyo.Set(initialize=[])
+    m.J = pyo.Set(initialize=[job_id[j] for j in sorted(set(opts.job.tolist()))], ordered=True)
+    m.C = pyo.Set(dimen=2, initialize=labels, ordered=True)
     m.GL = pyo.Set(dimen=2, initialize=[(g, d) for g, grp in enumerate(opts.groups) for d in grp.levels])
-    m.K2L = pyo.Set(dimen=2, initialize=_w_columns(opts, st))
+    m.K2L = pyo.Set(dimen=2, initialize=[(node_id[k], d) for k, d in _w_columns(opts, st)], ordered=True)
 
+    m.gpus = pyo.Param(m.C, initialize=dict(zip(labels, opts.num_gpus.tolist())))
+    m.nodes = pyo.Param(m.C, initialize=dict(zip(labels, opts.num_nodes.tolist())))
+    m.speedup = pyo.Param(m.C, initialize=dict(zip(labels, opts.penalized_speedup.tolist())))
+    m.utility = pyo.Param(m.C, initialize=dict(zip(labels, opts.utility.tolist())))
     m.x = pyo.Var(m.C, domain=pyo.Binary)
     m.w = pyo.Var(m.K2L, domain=pyo.NonNegativeIntegers)
+    x = [m.x[c] for c in labels]  # x_c by column
+    node_index = {n: k for k, n in enumerate(node_id)}
 
-    options_of = {j: np.flatnonzero(opts.job == j).tolist() for j in m.J}
-    m.one = pyo.Constraint(m.J, rule=lambda m, j: sum(m.x[c] for c in options_of[j]) <= 1)
+    options_of = {job_id[j]: np.flatnonzero(opts.job == j).tolist() for j in sorted(set(opts.job.tolist()))}
+    m.one = pyo.Constraint(m.J, rule=lambda m, j: sum(x[c] for c in options_of[j]) <= 1)
 
     def level(m, g, d):
         grp = opts.groups[g]
-        new = sum(opts.num_gpus[c] / d * m.x[c] for c in np.flatnonzero(opts.group == g) if st.item_size[c] >= d)
-        held = sum(math.ceil(h / d) * m.x[c] for k, (c, h) in st.single_stayer.items() if st.node_group[k] == g)
+        new = sum(opts.num_gpus[c] / d * x[c] for c in np.flatnonzero(opts.group == g) if st.item_size[c] >= d)
+        held = sum(math.ceil(h / d) * x[c] for k, (c, h) in st.single_stayer.items() if st.node_group[k] == g)
         k2 = [k for k in grp.nodes if k in st.multi_stayer]
-        free = sum(m.w[k, d] for k in k2)
+        free = sum(m.w[node_id[k], d] for k in k2)
         return new + held - free <= (len(grp.nodes) - len(k2)) * grp.gpus_per_node / d
 
     m.level = pyo.Constraint(m.GL, rule=level)
 
-    def slots(m, k, d):
+    def slots(m, node, d):
+        k = node_index[node]
         G = opts.groups[st.node_group[k]].gpus_per_node
-        return d * m.w[k, d] + sum(h * m.x[c] for c, h in st.multi_stayer[k]) <= G
+        return d * m.w[node, d] + sum(h * x[c] for c, h in st.multi_stayer[k]) <= G
 
     m.slots = pyo.Constraint(m.K2L, rule=slots)
 
-    p_mean = offset + sum(coef[c] * m.x[c] for c in m.C)
+    p_mean = offset + sum(coef[c] * x[c] for c in range(opts.num_options))
     if opts.round_input.settings.max_min:
         m.t = pyo.Var(domain=pyo.NonNegativeReals, bounds=(0, max_min_upper(opts)))
-        m.minspd = pyo.Constraint(range(opts.num_jobs), rule=lambda m, j: m.t <= sum(
-            opts.penalized_speedup[c] * m.x[c] for c in np.flatnonzero(opts.job == j)))
+        all_jobs = [job.id for job in opts.round_input.jobs]
+        m.minspd = pyo.Constraint(all_jobs, rule=lambda m, j: m.t <= sum(
+            opts.penalized_speedup[c] * x[c] for c in options_of.get(j, [])))
         m.obj = pyo.Objective(expr=max_min_weight(opts) * m.t + p_mean, sense=pyo.maximize)
     else:
         m.obj = pyo.Objective(expr=p_mean, sense=pyo.maximize)
-    m.columns = [m.x[c] for c in m.C] + [m.w[kd] for kd in m.K2L] + ([m.t] if hasattr(m, "t") else [])
+    m.columns = x + [m.w[kd] for kd in m.K2L] + ([m.t] if hasattr(m, "t") else [])
     return m
 
 

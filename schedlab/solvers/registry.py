@@ -62,9 +62,11 @@ class PyomoSolver:
             solve = partial(solve, solver=self.solver)
         t0 = time.perf_counter()
         pm = model.pyomo()
-        pyomo_backend.set_start(pm, model.start())
+        start = model.start()  # None where a customized model's constraints cut it off
+        if start is not None:
+            pyomo_backend.set_start(pm, start)
         build_s = time.perf_counter() - t0
-        return solve(pm, max(s.time_limit_s - build_s, 1e-3), s.mip_gap, warm_start=True,
+        return solve(pm, max(s.time_limit_s - build_s, 1e-3), s.mip_gap, warm_start=start is not None,
                      options=s.solver_options), build_s
 
 

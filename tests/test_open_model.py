@@ -1,0 +1,101 @@
+"""The model, open: build_model's readable Pyomo model, solve_round(customize=...), --write."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pyo = pytest.importorskip("pyomo.environ")
+
+from schedlab import InputError, build_model, parse_round_input, solve_round  # noqa: E402
+from schedlab.formulations.base import CustomizedModel  # noqa: E402
+from schedlab.formulations.goodput import goodput_model  # noqa: E402
+from schedlab.solvers.highs_direct import solve_highs  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "round-16x4.json"
+
+
+def _example(apps: tuple[str, ...] | None = None) -> dict:
+    raw = json.loads(EXAMPLE.read_text())
+    if apps:  # jobs that scale: the round's optimum gives one of them 12 GPUs
+        raw["jobs"] = [j for j in raw["jobs"] if j.get("application") in apps]
+    return raw
+
+
+def at_most_8_gpus(m) -> None:
+    m.at_most_8 = pyo.Constraint(m.C, rule=lambda m, j, o: m.x[j, o] == 0 if m.gpus[j, o] > 8 else pyo.Constraint.Skip)
+
+
+def test_build_model_names_every_option_by_job_and_shape():
+    raw = _example()
+    m = build_model(raw)
+    ids = [job["id"] for job in raw["jobs"]]
+    assert list(m.J) == [i for i in ids if any(j == i for j, _ in m.C)]
+    assert ("yolov3-0", "stay") in m.C and ("bert-4", "g0/2n/8gpu") in m.C
+    assert m.gpus["bert-4", "g0/2n/8gpu"] == 8 and m.nodes["bert-4", "g0/2n/8gpu"] == 2
+    assert {c.local_name for c in m.component_objects(pyo.Constraint)} == {"one", "level", "slots"}
+
+
+def test_a_customized_round_is_the_round_with_those_options_removed():
+    """The customization's optimum is HiGHS's on the arrays with every option above 8 GPUs fixed
+    to 0: an independent route to the same model."""
+    raw = _example(("imagenet", "bert"))
+    base = solve_round(raw, solver="appsi_highs")
+    assert max(len(a.gpus) for a in base.allocations) > 8
+    capped = solve_round(raw, solver="appsi_highs", customize=at_most_8_gpus)
+    assert capped.status == "optimal" and max(len(a.gpus) for a in capped.allocations) <= 8
+    model = goodput_model(parse_round_input(raw))
+    arrays = model.arrays()
+    n = model.opts.num_options
+    col_hi = arrays.col_hi.copy()
+    col_hi[:n] = np.where(model.opts.num_gpus > 8, 0.0, col_hi[:n])
+    expected = solve_highs(replace(arrays, col_hi=col_hi, start=None), 30.0, 0.0)
+    assert capped.objective == pytest.approx(expected.objective, rel=1e-6)
+    assert capped.objective < base.objective - 1e-3
+
+
+def test_a_customized_objective_term_is_solved_and_reported():
+    def prefer_staying(m):  # one unit of utility for every job that keeps its GPUs
+        m.obj.expr = m.obj.expr + sum(m.x[j, o] for j, o in m.C if o == "stay")
+
+    def stays(result) -> int:
+        return sum(bool(a.gpus) and not a.restarted for a in result.allocations if a.job_id in running)
+
+    raw = _example()
+    running = {j["id"] for j in raw["jobs"] if j.get("current_gpus")}
+    plain = solve_round(raw, solver="appsi_highs")
+    bonus = solve_round(raw, solver="appsi_highs", customize=prefer_staying)
+    assert bonus.status == "optimal"
+    assert bonus.objective >= plain.objective + stays(plain) - 1e-6  # plain's answer is a point of the new model
+    assert stays(bonus) >= stays(plain)
+
+
+def test_the_warm_start_is_offered_only_where_the_change_allows_it():
+    ri = parse_round_input(_example())
+    inner = goodput_model(ri)
+    assert CustomizedModel(inner, lambda m: None).start() is not None
+    no_staying = CustomizedModel(inner, lambda m: setattr(m, "no_stay", pyo.Constraint(
+        expr=sum(m.x[j, o] for j, o in m.C if o == "stay") == 0)))
+    assert no_staying.start() is None
+
+
+def test_customize_needs_a_pyomo_solver():
+    with pytest.raises(InputError) as err:
+        solve_round(_example(), solver="highs", customize=at_most_8_gpus)
+    assert err.value.problems[0].startswith("settings.solver: customize changes the Pyomo model")
+
+
+def test_cli_writes_the_model_with_readable_names(tmp_path):
+    path = tmp_path / "round.lp"
+    out = subprocess.run([sys.executable, "-m", "schedlab.cli", "solve", str(EXAMPLE), "--write", str(path)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["status"] == "optimal"
+    text = path.read_text()
+    assert "x(bert_4_g0_2n_8gpu)" in text and "one(bert_4)" in text
