@@ -1,4 +1,4 @@
-"""The `schedlab` command: solve | bench | replay | sweep | report | calibrate."""
+"""The `schedlab` command: solve | bench | replay | record | compare | sweep | report | calibrate | serve."""
 
 from __future__ import annotations
 
@@ -213,6 +213,42 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_record(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from schedlab.policies import make_policy
+    from schedlab.replay.engine import WORLDS, replay
+    from schedlab.traces import load_workload, trace_jobs
+    from schedlab.workbench import recorder
+
+    config = replace(WORLDS["pollux"], **({"num_nodes": args.nodes} if args.nodes else {}))
+    jobs = trace_jobs(load_workload(args.workload))
+    try:
+        sink = open(args.out, "w")
+    except OSError as exc:
+        return _fail(f"--out {args.out}: cannot write it ({exc.strerror})")
+    with sink:
+        rec = recorder(make_policy(args.policy), sink, args.rounds)
+        replay(jobs, rec, config)
+    print(f"{rec.written} rounds of {args.policy} on {args.workload} -> {args.out}", file=sys.stderr)
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from schedlab.workbench import compare, load_customize, read_rounds, render, summary, variants
+
+    rounds = list(read_rounds(args.rounds_jsonl))
+    if not rounds:
+        return _fail(f"{args.rounds_jsonl}: no rounds")
+    customize = load_customize(args.customize) if args.customize else None
+    per_round = compare(rounds, variants(args.solver or ["portfolio"], args.formulation), args.time_limit, customize)
+    if args.per_round:
+        print(render(per_round, args.format))
+        print()
+    print(render(summary(per_round), args.format))
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     print(_report(args.folder, args.format, args.figures, args.baseline, args.metric))
     return 0
@@ -362,6 +398,25 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     rp.add_argument("--quiet", action="store_true", help="no progress bar")
     rp.set_defaults(func=_cmd_replay)
+
+    rec = sub.add_parser("record", help="write the rounds a policy solves in a replay (JSON lines, the round schema)")
+    rec.add_argument("--workload", required=True, help="Pollux-format CSV, or a shipped name (workload-1..8)")
+    rec.add_argument("--policy", default="pollux", help="a round-model policy: pollux, sia, joint, icefrog, static_freeze")
+    rec.add_argument("--rounds", type=COUNT, default=50, help="the first this many rounds with jobs")
+    rec.add_argument("--nodes", type=COUNT, default=None, help="default: the world's (16)")
+    rec.add_argument("--out", required=True, help="the JSON-lines file to write")
+    rec.set_defaults(func=_cmd_record)
+
+    cmp = sub.add_parser("compare", help="solve recorded rounds with each solver (and formulation); per variant a summary")
+    cmp.add_argument("rounds_jsonl", help="rounds, one JSON object per line (schedlab record)")
+    cmp.add_argument("--solver", action="append", default=[], help="a registry solver; repeat (the first is the reference)")
+    cmp.add_argument("--formulation", action="append", default=[], help="a formulation; repeat (default: the round's own)")
+    cmp.add_argument("--customize", default=None, metavar="MODULE:FUNCTION",
+                     help="change every round's Pyomo model with this function (Pyomo solvers only)")
+    cmp.add_argument("--time-limit", type=POSITIVE_S, default=None, help="each solve's time_limit_s (default: the round's)")
+    cmp.add_argument("--format", choices=["md", "csv", "latex"], default="md")
+    cmp.add_argument("--per-round", action="store_true", help="also print one row per round and variant")
+    cmp.set_defaults(func=_cmd_compare)
 
     sw = sub.add_parser("sweep", help="run a grid of replays from a TOML config; resumable")
     sw.add_argument("config", help="sweep config (TOML), e.g. experiments/configs/pollux_artifact.toml")

@@ -99,3 +99,12 @@ def test_cli_writes_the_model_with_readable_names(tmp_path):
     assert json.loads(out.stdout)["status"] == "optimal"
     text = path.read_text()
     assert "x(bert_4_g0_2n_8gpu)" in text and "one(bert_4)" in text
+
+
+def test_a_level_with_nothing_to_bound_is_left_out_not_an_error():
+    """One waiting job of at most one GPU: the levels of 2 and 4 GPUs bound nothing; Pyomo refused
+    the trivial rows and every Pyomo solver fell back to the greedy answer."""
+    raw = _example()
+    raw["jobs"] = [{k: v for k, v in raw["jobs"][0].items() if k != "current_gpus"} | {"max_gpus": 1}]
+    assert "level" in {c.local_name for c in build_model(raw).component_objects(pyo.Constraint)}
+    assert solve_round(raw, solver="appsi_highs").status == "optimal"

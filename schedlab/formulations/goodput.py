@@ -245,11 +245,13 @@ def build_pyomo(opts: OptionSet) -> pyo.ConcreteModel:
 
     def level(m, g, d):
         grp = opts.groups[g]
-        new = sum(opts.num_gpus[c] / d * x[c] for c in np.flatnonzero(opts.group == g) if st.item_size[c] >= d)
-        held = sum(math.ceil(h / d) * x[c] for k, (c, h) in st.single_stayer.items() if st.node_group[k] == g)
+        new = [opts.num_gpus[c] / d * x[c] for c in np.flatnonzero(opts.group == g) if st.item_size[c] >= d]
+        held = [math.ceil(h / d) * x[c] for k, (c, h) in st.single_stayer.items() if st.node_group[k] == g]
         k2 = [k for k in grp.nodes if k in st.multi_stayer]
+        if not (new or held or k2):
+            return pyo.Constraint.Skip  # nothing of size >= d in the group: 0 <= capacity holds
         free = sum(m.w[node_id[k], d] for k in k2)
-        return new + held - free <= (len(grp.nodes) - len(k2)) * grp.gpus_per_node / d
+        return sum(new) + sum(held) - free <= (len(grp.nodes) - len(k2)) * grp.gpus_per_node / d
 
     m.level = pyo.Constraint(m.GL, rule=level)
 

@@ -47,8 +47,12 @@ class GoodputPolicy:
     throughput_model: ClassVar[str] = "online"
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
+        return solve_round(self.round_for(round_input))
+
+    def round_for(self, round_input: RoundInput) -> RoundInput:
+        """The round this policy's model solves: its settings, its view of each job."""
         jobs = tuple(self.sized(self.prepare(job)) for job in round_input.jobs)
-        return solve_round(replace(round_input, jobs=jobs, settings=self.settings))
+        return replace(round_input, jobs=jobs, settings=self.settings)
 
     def sized(self, job: JobSpec) -> JobSpec:
         gpus = job.requested_gpus or job.min_gpus
