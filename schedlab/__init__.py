@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from schedlab.solvers.registry import SOLVERS
 
 __version__ = "0.1.0"
-_LAZY = {"solve_round": "schedlab.api", "build_model": "schedlab.api", "FORMULATIONS": "schedlab.formulations", "SOLVERS": "schedlab.solvers.registry",
+_LAZY = {"solve_round": "schedlab.api", "build_model": "schedlab.api", "FORMULATIONS": "schedlab.formulations",
+         "SOLVERS": "schedlab.solvers.registry",
          "parse_round_input": "schedlab.io", "round_input_to_dict": "schedlab.io", "round_result_to_dict": "schedlab.io"}
 __all__ = [
     "solve_round", "build_model", "SOLVERS", "FORMULATIONS", "parse_round_input", "round_input_to_dict", "round_result_to_dict",

@@ -22,7 +22,8 @@ from schedlab.formulations.base import CustomizedModel
 from schedlab.io import parse_round_input, round_input_to_dict
 from schedlab.partition import auto_partitions, solve_partitioned
 from schedlab.solvers.outcome import FAILED, SolveOutcome
-from schedlab.solvers.registry import PyomoSolver, solver as get_solver
+from schedlab.solvers.registry import PyomoSolver
+from schedlab.solvers.registry import solver as get_solver
 from schedlab.state import RoundInput, RoundResult
 from schedlab.verify import verify
 

@@ -124,7 +124,8 @@ def _bench_scale(args: argparse.Namespace) -> int:
         print(f"{'GPUs':>7} {'jobs':>6} {'rounds':>6} {'parts':>5} {'options p50':>11} {'build p50':>10} {'solve p50':>10} "
               f"{'total p50':>10} {'total p95':>10} {'gap vs LP':>10} {'peak MB':>8}  statuses")
         for r in rows:
-            print(f"{r['gpus']:>7,} {r['jobs']:>6,} {r['rounds']:>6} {r['partitions']:>5} {r['options_p50_ms']:>9.0f}ms {r['build_p50_ms']:>8.0f}ms "
+            print(f"{r['gpus']:>7,} {r['jobs']:>6,} {r['rounds']:>6} {r['partitions']:>5} "
+                  f"{r['options_p50_ms']:>9.0f}ms {r['build_p50_ms']:>8.0f}ms "
                   f"{r['solve_p50_ms']:>8.0f}ms {r['total_p50_ms']:>8.0f}ms {r['total_p95_ms']:>8.0f}ms "
                   f"{r['gap_vs_lp_max']:>10.1e} {r['peak_mb']:>8.0f}  {r['status_counts']}")
     print(json_text({"scale": rows}))
@@ -140,8 +141,14 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from schedlab.io import json_text
     from schedlab.policies import make_policy
     from schedlab.replay.engine import WORLDS, check_out_dir, replay, write_outputs
-    from schedlab.traces import (load_sia_philly, load_workload, philly_trace_workload, sia_philly_jobs, trace_jobs,
-                                 workload_from_sia_philly)
+    from schedlab.traces import (
+        load_sia_philly,
+        load_workload,
+        philly_trace_workload,
+        sia_philly_jobs,
+        trace_jobs,
+        workload_from_sia_philly,
+    )
 
     if args.world not in WORLDS:
         return _fail(f"--world {args.world!r}: use one of {', '.join(WORLDS)}")
@@ -321,7 +328,7 @@ def _number(kind: type, low: float, high: float = math.inf, low_open: bool = Fal
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'}, got {text!r}") from None
         if not math.isfinite(value) or value < low or (low_open and value == low) or value > high:
             bounds = f"in {'(' if low_open else '['}{low:g}, {high:g}]" if high < math.inf else (
                 f"{'>' if low_open else '>='} {low:g}")
@@ -344,7 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="round input file (see schedlab/schemas), or - for stdin (the default)")
     solve.add_argument("--stream", action="store_true",
                        help="JSON lines: one round per line in, one result (or error) line out per round, flushed")
-    solve.add_argument("--solver", default=None, help="portfolio (default: highs, then highs and cpsat raced), highs, cpsat, appsi_highs, or a Pyomo solver")
+    solve.add_argument("--solver", default=None,
+                       help="portfolio (default: highs, then highs and cpsat raced), highs, cpsat, appsi_highs, "
+                            "or a Pyomo solver")
     solve.add_argument("--time-limit", type=float, default=None, help="solver time limit in seconds")
     solve.add_argument("--solver-option", action="append", default=[], metavar="NAME=VALUE",
                        help="an option for the solver in its own name (settings.solver_options), e.g. "
@@ -363,7 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--p", default="-1", help="power-mean exponent, or -inf for max-min")
     bench.add_argument("--seed", type=_number(int, 0, 2**53), default=0)
     bench.add_argument("--time-limit", type=float, default=10.0, help="a round's time_limit_s (checked as the JSON field)")
-    bench.add_argument("--freeze", type=_number(float, 0.0, 1.0), default=0.0, help="fraction of jobs that opt in to layer freezing")
+    bench.add_argument("--freeze", type=_number(float, 0.0, 1.0), default=0.0,
+                       help="fraction of jobs that opt in to layer freezing")
     bench.add_argument("--formulation", default="goodput", help="the round model: goodput, joint or placement")
     bench.add_argument("--racks", type=_number(int, 0), default=0, help="spread the nodes over this many racks (0: no topology)")
     bench.add_argument("--variability", default="none",
@@ -381,7 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--trace", choices=["philly"],
                        help="the shipped Philly trace at its real timestamps (82,247 jobs over 109 days)")
     rp.add_argument("--start-day", type=_number(float, 0.0), default=0.0, help="with --trace: the window's first day")
-    rp.add_argument("--days", type=_number(float, 0.0, low_open=True), default=None, help="with --trace: the window's length (default: to the end)")
+    rp.add_argument("--days", type=_number(float, 0.0, low_open=True), default=None,
+                    help="with --trace: the window's length (default: to the end)")
     rp.add_argument("--world", default="pollux",
                     help="the simulated world (replay.engine.WORLDS): pollux (the Pollux artifact's), pal (PAL's "
                          "simulator), variability (pollux on PAL's measured GPUs and 4 racks)")
@@ -466,8 +477,9 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--warmup", type=_number(int, 0), default=3)
     cal.add_argument("--steps", type=COUNT, default=10, help="timed steps per batch size (the median is kept)")
     cal.add_argument("--frozen-groups", action="store_true", help="also time each frozen prefix of layer groups")
-    cal.add_argument("--intra-node-gbps", type=_number(float, 0.0, 1e6, low_open=True), default=130.0, help="all-reduce bandwidth inside a node (GB/s)")
-    cal.add_argument("--inter-node-gbps", type=_number(float, 0.0, 1e6, low_open=True), default=3.125, help="all-reduce bandwidth across nodes (GB/s)")
+    gbps = _number(float, 0.0, 1e6, low_open=True)
+    cal.add_argument("--intra-node-gbps", type=gbps, default=130.0, help="all-reduce bandwidth inside a node (GB/s)")
+    cal.add_argument("--inter-node-gbps", type=gbps, default=3.125, help="all-reduce bandwidth across nodes (GB/s)")
     cal.add_argument("--latency-us", type=_number(float, 0.0, 1e9), default=10.0, help="all-reduce latency per ring hop (us)")
     cal.add_argument("--out", default=None, help="table CSV to write, e.g. data/calibration/NAME.csv")
     cal.add_argument("--fit", default=None, help="fit Pollux's model to this table and report the RMSLE")

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from schedlab.errors import InputError, SchedlabError
-from schedlab.models.freezing import PROFILES as LAYER_PROFILES, layer_profile
+from schedlab.models.freezing import PROFILES as LAYER_PROFILES
+from schedlab.models.freezing import layer_profile
 from schedlab.models.profiles import shipped_profiles
 from schedlab.state import (
     BatchLimits,
@@ -767,5 +768,6 @@ def round_result_to_dict(res: RoundResult) -> dict[str, Any]:
     return {
         "status": res.status, "solver": res.solver, "objective": _nulls(res.objective),
         "bound": _nulls(res.bound), "gap": _nulls(res.gap), "build_s": res.build_s,
-        "options_s": res.options_s, "solve_s": res.solve_s, "verified": res.verified, "message": res.message, "allocations": allocations,
+        "options_s": res.options_s, "solve_s": res.solve_s, "verified": res.verified, "message": res.message,
+        "allocations": allocations,
     }

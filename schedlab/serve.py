@@ -15,7 +15,8 @@
     GET  /v1/openapi.json   this API as OpenAPI 3.1
 
 Rounds are solved on a pool of processes (one per core by default), so a round never blocks
-the server (a policy state's rounds run on threads of the server, one round per state at a time); at most `workers + queue` rounds are admitted at once, the rest are told 503 with
+the server (a policy state's rounds run on threads of the server, one round per state at a
+time); at most `workers + queue` rounds are admitted at once, the rest are told 503 with
 Retry-After. A round's time limit is its own (settings.time_limit_s), at most the operator's
 `max_time_limit_s`. Only the array solvers (highs, cpsat, portfolio) run unless the operator
 enables more of the registry (`allow_solvers`): a request never names a program. SIGTERM stops
@@ -30,8 +31,8 @@ import asyncio
 import json
 import multiprocessing
 import os
-from collections.abc import AsyncIterator
 import re
+from collections.abc import AsyncIterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import asynccontextmanager
@@ -296,7 +297,6 @@ def make_app(config: ServeConfig) -> Starlette:
 
     async def registries(_: Request) -> Response:
         from schedlab.formulations import FORMULATIONS
-
         from schedlab.policies import policy_names
 
         return _json({"formulations": sorted(FORMULATIONS), "solvers": list(config.allow_solvers),

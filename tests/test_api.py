@@ -15,9 +15,9 @@ import pytest
 
 import schedlab
 from schedlab import InputError, parse_round_input, round_input_to_dict, round_result_to_dict, solve_round
-from schedlab.solvers.registry import SOLVERS
 from schedlab.bench import random_round
 from schedlab.solvers.outcome import FAILED, SolveOutcome
+from schedlab.solvers.registry import SOLVERS
 from schedlab.state import Settings
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,8 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from schedlab.calibrate.table import (COLUMNS, AllReduceModel, fit_table, measured_table, read_table, table_frame,
-                                      write_table)
+from schedlab.calibrate.table import COLUMNS, AllReduceModel, fit_table, measured_table, read_table, table_frame, write_table
 from schedlab.models.throughput import step_time_s, sync_time_s
 from schedlab.state import ThroughputParams
 

@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from conftest import tiny_round
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import tiny_round
 from schedlab import solve_round
 from schedlab.bench import random_round
 from schedlab.errors import InputError

@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-
 from conftest import tiny_round
+
 from schedlab.api import solve_round
 from schedlab.formulations.joint import enumerate_joint_options, joint_model, tiers
 from schedlab.formulations.options import chain_levels, restart_factor, utility
@@ -187,7 +187,8 @@ def test_a_failed_solver_still_gets_a_verified_greedy_answer(monkeypatch):
     from schedlab.solvers.outcome import FAILED, SolveOutcome
     from schedlab.solvers.registry import SOLVERS
 
-    monkeypatch.setitem(SOLVERS, Settings.solver, lambda model, s: (SolveOutcome(FAILED, None, math.nan, math.nan, 0.1, "x"), 0.0))
+    failed = SolveOutcome(FAILED, None, math.nan, math.nan, 0.1, "x")
+    monkeypatch.setitem(SOLVERS, Settings.solver, lambda model, s: (failed, 0.0))
     rng = np.random.default_rng(2)
     for case in range(6):
         ri = _with_world(rng, tiny_round(rng, max_jobs=10, max_nodes=5), racks=bool(case % 2))

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-
 from brute_force import best_objective, feasible_choices
 from conftest import tiny_round
+
 from schedlab.bench import random_round
 from schedlab.formulations.goodput import build_arrays
 from schedlab.formulations.options import enumerate_options

@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-
 from conftest import tiny_round
+
 from schedlab.api import solve_round
 from schedlab.bench import random_round
 from schedlab.errors import InputError

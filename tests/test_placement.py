@@ -14,9 +14,20 @@ from hypothesis import strategies as st
 from schedlab.api import solve_round
 from schedlab.bench import random_round
 from schedlab.errors import InputError
-from schedlab.formulations.placement import (PlacementGpu, PlacementInput, PlacementJob, build, build_pyomo,
-                                              gpu_key, job_speed, pal_greedy, placement_model, placement_objective,
-                                              placement_view, solve_placement)
+from schedlab.formulations.placement import (
+    PlacementGpu,
+    PlacementInput,
+    PlacementJob,
+    build,
+    build_pyomo,
+    gpu_key,
+    job_speed,
+    pal_greedy,
+    placement_model,
+    placement_objective,
+    placement_view,
+    solve_placement,
+)
 from schedlab.policies import PLACERS
 from schedlab.policies.placement import GreedyPlacementPolicy
 from schedlab.solvers.highs_direct import solve_highs

@@ -19,7 +19,6 @@ from schedlab.solvers.highs_direct import solve_highs
 from schedlab.solvers.outcome import SolveOutcome
 from schedlab.state import Settings
 
-
 DATA = Path(__file__).parent / "data"
 
 

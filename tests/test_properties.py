@@ -8,16 +8,16 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from brute_force import best_objective, feasible_choices
+from conftest import tiny_round
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from brute_force import best_objective, feasible_choices
-from conftest import tiny_round
 from schedlab import solve_round
 from schedlab.bench import random_round
 from schedlab.formulations.goodput import decode
-from schedlab.formulations.options import enumerate_options
 from schedlab.formulations.greedy import greedy_choice
+from schedlab.formulations.options import enumerate_options
 from schedlab.state import Settings
 
 
@@ -107,7 +107,6 @@ def test_a_mip_start_handed_back_as_optimal_is_not_believed(monkeypatch):
 
     import pyomo.environ as pyo
 
-    from schedlab.solvers import pyomo_backend
 
     if "cbc" not in _installed_pyomo_solvers():
         pytest.skip("cbc is not installed")

@@ -20,8 +20,8 @@ from schedlab.replay.jobs import JobAgent, JobState, TraceJob, advance, isolated
 from schedlab.replay.truth import application_truth
 from schedlab.state import GpuRef
 from schedlab.traces import (
-    load_sia_philly,
     load_philly,
+    load_sia_philly,
     load_workload,
     philly_trace_workload,
     philly_workload,

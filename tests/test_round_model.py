@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-
 from brute_force import best_objective, feasible_choices
 from conftest import tiny_round
+
 from schedlab.bench import random_round
 from schedlab.formulations.goodput import build_arrays, build_pyomo, decode, objective_value
 from schedlab.formulations.options import enumerate_options
@@ -70,7 +70,8 @@ def test_pyomo_and_array_builds_are_the_same_model(p):
         pyomo = solve_appsi_highs(build_pyomo(opts), 30.0, 0.0)
         assert pyomo.status == "optimal"
         assert pyomo.objective == pytest.approx(arrays.objective, rel=1e-6, abs=1e-9)
-        assert objective_value(opts, pyomo.values[: opts.num_options] > 0.5) == pytest.approx(arrays.objective, rel=1e-6, abs=1e-9)
+        chosen = pyomo.values[: opts.num_options] > 0.5
+        assert objective_value(opts, chosen) == pytest.approx(arrays.objective, rel=1e-6, abs=1e-9)
 
 
 def test_warm_start_point_is_feasible_and_keeps_running_jobs():

@@ -8,8 +8,7 @@ import pytest
 
 from schedlab import topology
 from schedlab.errors import ConfigError
-from schedlab.models.variability import (assign_slowdowns, classify, measured_classes, ready_32gpu, sample_measured,
-                                         tiered)
+from schedlab.models.variability import assign_slowdowns, classify, measured_classes, ready_32gpu, sample_measured, tiered
 
 
 @pytest.fixture

@@ -210,7 +210,7 @@ def tiny_mlp() -> ZooModel:
     def batch(bsz: int, gen: torch.Generator, device: str):
         return torch.randn(bsz, 32, generator=gen).to(device), torch.randint(0, 4, (bsz,), generator=gen).to(device)
 
-    return ZooModel("tiny-mlp", net, batch, lambda m, b: F.cross_entropy(m(b[0]), b[1]), tuple((l,) for l in layers))
+    return ZooModel("tiny-mlp", net, batch, lambda m, b: F.cross_entropy(m(b[0]), b[1]), tuple((layer,) for layer in layers))
 
 
 ZOO: dict[str, Callable[[], ZooModel]] = {"resnet18": resnet18_cifar, "resnet50": resnet50, "bert-base": bert_base,

@@ -17,8 +17,15 @@ import time
 import numpy as np
 
 from schedlab.clusters import ClusterSpec, make_cluster
-from schedlab.formulations.placement import (EXACT_MAX_GPUS, PlacementGpu, PlacementInput, PlacementJob, build,
-                                             placement_objective, solve_placement)
+from schedlab.formulations.placement import (
+    EXACT_MAX_GPUS,
+    PlacementGpu,
+    PlacementInput,
+    PlacementJob,
+    build,
+    placement_objective,
+    solve_placement,
+)
 from schedlab.io import json_text
 from schedlab.models.variability import CLASSES
 from schedlab.policies.placement import pal_greedy

@@ -24,6 +24,7 @@ from schedlab.models.profiles import data_dir
 from schedlab.policies import POLICIES
 from schedlab.sweep import load_sweep, results_frame
 
+
 def published_means() -> dict[str, dict[str, float]]:
     """policy -> workload -> mean JCT (s) from the artifact's results-jobload summaries."""
     out = {}

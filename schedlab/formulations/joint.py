@@ -85,14 +85,23 @@ import scipy.sparse as sp
 from schedlab.formulations.base import OneModel
 from schedlab.formulations.freezing import fold_freeze_levels, has_freezing
 from schedlab.formulations.goodput import max_min_upper, max_min_weight, min_job_speedup, objective_value
-from schedlab.formulations.options import (chain_levels, fair_shape, field_values, job_allocations, multi_node_counts,
-                                           node_groups, prune_dominated, restart_factor, stay_options,
-                                           unallocated_utilities, utility)
+from schedlab.formulations.options import (
+    chain_levels,
+    fair_shape,
+    field_values,
+    job_allocations,
+    multi_node_counts,
+    node_groups,
+    prune_dominated,
+    restart_factor,
+    stay_options,
+    unallocated_utilities,
+    utility,
+)
 from schedlab.formulations.packing import NodeState
 from schedlab.models.efficiency import BatchChoice, best_batch
 from schedlab.solvers.arrays import MilpArrays
-from schedlab.state import (BatchLimits, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, ThroughputParams,
-                            Topology)
+from schedlab.state import BatchLimits, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, ThroughputParams, Topology
 from schedlab.topology import cluster_graph, spread_gbps
 
 if TYPE_CHECKING:

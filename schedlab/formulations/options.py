@@ -29,10 +29,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from functools import cache, cached_property
 from operator import attrgetter
 from typing import Any
-from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -351,7 +351,8 @@ def _round_rows(round_input: RoundInput, groups: tuple[NodeGroup, ...]) -> tuple
         if job.running and job.min_gpus <= len(job.current_gpus) <= job.max_gpus:
             counts = _stay_shape(job, node_index)
             stay_nodes[j] = counts
-            stays.append((j, -1, len(groups), len(counts), len(job.current_gpus), types.index(nodes[next(iter(counts))].gpu_type)))
+            gpu_type = types.index(nodes[next(iter(counts))].gpu_type)
+            stays.append((j, -1, len(groups), len(counts), len(job.current_gpus), gpu_type))
     parts.append(np.array(stays, dtype=int).reshape(-1, 6).T)
     job, group, shape, num_nodes, gpus, gpu_type = np.concatenate(parts, axis=1)
     order = np.lexsort((shape, np.where(group < 0, len(groups), group), job))

@@ -15,9 +15,10 @@ does when re-placed on the GPUs they hold. Large neighbourhood search (Shaw, CP'
              window's minus those of jobs partly outside it (these stay where they are)
   solve      the exact model (placement.build) of J_W on those GPUs, warm-started from P,
              within the time left; P takes its answer when it is better
-until the time limit (less MIN_WINDOW_S) or every job with regret > 0 was a window's seed. The answer is never
-worse than the start. Its bound is every job at best_j, unmoved (`upper_bound`): the answer is proven optimal only when it reaches that, as when
-the GPUs do not vary; otherwise its status is time_limit.
+until the time limit (less MIN_WINDOW_S) or every job with regret > 0 was a window's seed. The
+answer is never worse than the start. Its bound is every job at best_j, unmoved (`upper_bound`):
+the answer is proven optimal only when it reaches that, as when the GPUs do not vary; otherwise
+its status is time_limit.
 """
 
 from __future__ import annotations

@@ -79,7 +79,8 @@ def split_fixed_batch(total_bsz: int, num_replicas: int, limits: BatchLimits) ->
 _BLOCK_SHAPES = 4096
 
 
-def best_batch(params: ThroughputParams, grad: GradStats, limits: BatchLimits, num_nodes, num_replicas, fixed_bsz=0) -> BatchChoice:
+def best_batch(params: ThroughputParams, grad: GradStats, limits: BatchLimits, num_nodes, num_replicas,
+               fixed_bsz=0) -> BatchChoice:
     """Best goodput over total batch sizes for each (nodes, replicas) shape.
 
     Every field of params, grad and limits may be a scalar or an array aligned with the

@@ -79,11 +79,11 @@ def _embedding(rows: int, dim: int, lookups: float) -> _Layer:
 
 
 def _group(name: str, layers: list[_Layer], first: bool = False) -> LayerGroup:
-    fwd = sum(l.macs for l in layers)
-    bwd = sum(l.macs * l.backward_ratio for l in layers)
+    fwd = sum(layer.macs for layer in layers)
+    bwd = sum(layer.macs * layer.backward_ratio for layer in layers)
     if first:  # the network's input needs no gradient: the first layer computes weight grads only
         bwd -= layers[0].macs * (layers[0].backward_ratio - 1.0)
-    return LayerGroup(name, float(fwd), float(bwd), float(sum(l.params for l in layers)))
+    return LayerGroup(name, float(fwd), float(bwd), float(sum(layer.params for layer in layers)))
 
 
 def _basic_block(c_in: int, c_out: int, hw: int) -> list[_Layer]:

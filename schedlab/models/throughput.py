@@ -159,7 +159,8 @@ def fit_throughput_params(
     ]
     from scipy.optimize import minimize
 
-    best = min((minimize(loss_and_grad, z0, jac=True, method="L-BFGS-B", bounds=bounds) for z0 in starts), key=lambda res: res.fun)
+    best = min((minimize(loss_and_grad, z0, jac=True, method="L-BFGS-B", bounds=bounds) for z0 in starts),
+               key=lambda res: res.fun)
     params = ThroughputParams(*unpack(best.x))
     if not np.any(n > 1):  # Pollux's prior: the network is no faster than the node's bus
         params = ThroughputParams(

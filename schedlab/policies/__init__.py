@@ -18,8 +18,16 @@ from schedlab.policies.baselines import FifoPolicy, OptimusPolicy, TiresiasPolic
 from schedlab.policies.compose import SEPARATOR, Composition
 from schedlab.policies.goodput import IceFrogPolicy, JointPolicy, PolluxPolicy, SiaPolicy, StaticFreezePolicy
 from schedlab.policies.ones import OnesPolicy
-from schedlab.policies.placement import (MilpCpsatPolicy, MilpPolicy, PackedNonstickyPolicy, PackedStickyPolicy,
-                                         PalPolicy, PlacementPolicy, PmFirstPolicy, RandomPlacementPolicy)
+from schedlab.policies.placement import (
+    MilpCpsatPolicy,
+    MilpPolicy,
+    PackedNonstickyPolicy,
+    PackedStickyPolicy,
+    PalPolicy,
+    PlacementPolicy,
+    PmFirstPolicy,
+    RandomPlacementPolicy,
+)
 
 ALLOCATORS: dict[str, Callable[[], Policy]] = {
     cls.name: cls for cls in (PolluxPolicy, SiaPolicy, JointPolicy, IceFrogPolicy, StaticFreezePolicy, TiresiasPolicy,

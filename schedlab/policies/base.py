@@ -17,7 +17,6 @@ from typing import ClassVar, Protocol
 
 from schedlab.state import RoundInput, RoundResult
 
-
 HEURISTIC = "heuristic"  # RoundResult.status of policies that do not prove optimality
 
 

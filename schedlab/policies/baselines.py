@@ -29,9 +29,9 @@ from schedlab.formulations.packing import NodeState
 from schedlab.models.efficiency import goodput, split_fixed_batch
 from schedlab.models.throughput import step_time_s
 from schedlab.policies.base import HEURISTIC
-from schedlab.state import (BatchLimits, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, RoundResult,
-                            ThroughputParams)
+from schedlab.state import BatchLimits, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, RoundResult, ThroughputParams
 from schedlab.verify import verify
+
 
 def _params(job: JobSpec) -> ThroughputParams:
     """The job's throughput model (these baselines run one GPU type)."""

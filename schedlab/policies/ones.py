@@ -18,6 +18,7 @@ from schedlab.solvers.evolutionary import Evolution, EvolutionConfig
 from schedlab.state import JobAllocation, RoundInput, RoundResult, Settings
 from schedlab.verify import verify
 
+
 @dataclass
 class OnesPolicy:
     config: EvolutionConfig = field(default_factory=EvolutionConfig)

@@ -35,8 +35,16 @@ import numpy as np
 
 from schedlab.api import solve_round
 from schedlab.errors import ConfigError
-from schedlab.formulations.placement import (Placement, PlacementInput, PlacementJob, gang_size, pal_greedy,
-                                             placement_objective, placement_view, pm_take)
+from schedlab.formulations.placement import (
+    Placement,
+    PlacementInput,
+    PlacementJob,
+    gang_size,
+    pal_greedy,
+    placement_objective,
+    placement_view,
+    pm_take,
+)
 from schedlab.policies.base import HEURISTIC
 from schedlab.state import JobAllocation, JobSpec, RoundInput, RoundResult, Settings
 from schedlab.verify import verify

@@ -54,13 +54,21 @@ from schedlab.models.freezing import DEFAULT_BUDGET, layer_profile
 from schedlab.models.profiles import POLLUX_GPU_TYPE, shipped_profiles
 from schedlab.models.throughput import MeasuredTable
 from schedlab.policies.base import Policy
-from schedlab.replay.jobs import (Freezing, JobAgent, JobState, TraceJob, advance, advance_work, isolated_time_s,
-                                  reallocate, remaining_steps)
+from schedlab.replay.jobs import (
+    Freezing,
+    JobAgent,
+    JobState,
+    TraceJob,
+    advance,
+    advance_work,
+    isolated_time_s,
+    reallocate,
+    remaining_steps,
+)
 from schedlab.replay.metrics import summarize
 from schedlab.replay.truth import ApplicationTruth, application_truth, calibrated_truth
 from schedlab.replay.world import World
-from schedlab.state import (FreezePenalty, FreezeSpec, GradStats, JobSpec, RoundInput, ThroughputParams,
-                            variability_class)
+from schedlab.state import FreezePenalty, FreezeSpec, GradStats, JobSpec, RoundInput, ThroughputParams, variability_class
 from schedlab.traces import WORKS
 from schedlab.verify import verify
 
@@ -366,7 +374,8 @@ def _advance(state: JobState, truth: ApplicationTruth, agent: JobAgent, rules: _
     if state.job.work_s is not None:
         if not state.gpus or state.done:
             return state
-        return advance_work(state, work_speed(state, truth, world, config.gpus_per_node), now_s, config.round_s, config.finish_at_round_end)
+        speed = work_speed(state, truth, world, config.gpus_per_node)
+        return advance_work(state, speed, now_s, config.round_s, config.finish_at_round_end)
     return advance(state, truth, agent, rules.fixed_bsz, now_s, config.round_s, freezing, scale)
 
 

@@ -21,9 +21,9 @@ from functools import cache, cached_property, lru_cache
 import numpy as np
 import pandas as pd
 
+from schedlab.models.efficiency import split_fixed_batch
 from schedlab.models.profiles import MAX_EPOCHS, MAX_LOCAL_BSZ_OVERRIDE, measured_table, validation_tables
 from schedlab.models.throughput import MeasuredTable
-from schedlab.models.efficiency import split_fixed_batch
 from schedlab.state import BatchLimits, GradStats
 
 _EPS = 1e-8
@@ -96,7 +96,7 @@ class ApplicationTruth:
     def split_fixed_batch(self, total_bsz: int, num_replicas: int) -> BatchSplit:
         return BatchSplit(*split_fixed_batch(total_bsz, num_replicas, self.limits))
 
-    @cache
+    @cache  # noqa: B019 (a truth lives as long as the process: one per application, itself cached)
     def configurations(self, lo_util: float = 0.5, hi_util: float = 0.8, gpus_per_node: int = 4) -> list[tuple[int, int]]:
         """(replicas, batch) requests a user would plausibly make: the artifact's workload
         generator keeps the replica counts whose scaling efficiency against one GPU, at each

@@ -49,8 +49,8 @@ from pathlib import Path
 from typing import Any
 
 from schedlab import __version__
-from schedlab.errors import ConfigError
 from schedlab.clusters import VARIABILITY
+from schedlab.errors import ConfigError
 from schedlab.policies import make_policy
 from schedlab.policies.placement import QUEUE_ORDERS
 from schedlab.replay.engine import WORLDS

@@ -10,7 +10,6 @@ so a Dask cluster needs no shared file system.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import replace
 import json
 import logging
 import multiprocessing
@@ -20,6 +19,7 @@ import time
 import traceback
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +33,15 @@ from schedlab.replay.engine import WORLDS, ReplayConfig, one_blas_thread, replay
 from schedlab.replay.jobs import TraceJob
 from schedlab.state import FreezePenalty
 from schedlab.sweep.config import POLICY_AXES, WORLD_AXES, Sweep, cell_key, trace_label
-from schedlab.traces import (load_sia_philly, load_workload, philly_workload, sia_philly_jobs, synthetic_workload,
-                             trace_jobs, workload_from_sia_philly)
+from schedlab.traces import (
+    load_sia_philly,
+    load_workload,
+    philly_workload,
+    sia_philly_jobs,
+    synthetic_workload,
+    trace_jobs,
+    workload_from_sia_philly,
+)
 
 ENGINES = ("local", "dask")
 TIMING_KEYS = ("solve_p50_ms", "solve_p95_ms", "solve_max_ms")  # vary run to run; all else is exact
