@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from schedlab.errors import InputError, SchedlabError
 from schedlab.formulations import FORMULATIONS
-from schedlab.formulations.base import CustomizedModel
+from schedlab.formulations.base import CustomizedModel, OneRoundModel
 from schedlab.io import parse_round_input, round_input_to_dict
 from schedlab.partition import auto_partitions, solve_partitioned
 from schedlab.solvers.outcome import FAILED, SolveOutcome
@@ -115,7 +115,7 @@ def _solve_validated(ri: RoundInput, started_s: float | None = None,
     if customize is not None:
         if not hasattr(model, "pyomo"):
             raise InputError(["settings.formulation: this round is solved as a sequence of models; customize needs one"])
-        model = CustomizedModel(model, customize)
+        model = CustomizedModel(cast(OneRoundModel, model), customize)
     options_s = time.perf_counter() - t0
     left_s = max(s.time_limit_s - (time.perf_counter() - started_s), MIN_SOLVE_S)
     try:

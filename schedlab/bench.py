@@ -84,7 +84,8 @@ def run_bench(num_gpus: int, num_jobs: int, rounds: int, solver: str = Settings.
     With `racks` or `variability` (clusters.VARIABILITY), the rounds run on that cluster (4
     GPUs per node, uplinks at half the node bandwidth), as a scheduler sees it."""
     rng = np.random.default_rng(seed)
-    build, solve, total, gaps, statuses = [], [], [], [], collections.Counter()
+    build, solve, total, gaps = [], [], [], []
+    statuses: collections.Counter[str] = collections.Counter()
     cluster = None
     if racks or variability != "none":
         spec = ClusterSpec(max(num_gpus // 4, 1), 4, racks=racks, uplink_gbps=50.0, variability=variability, seed=seed)

@@ -14,7 +14,7 @@ import reprlib
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
 
 from schedlab.errors import InputError, SchedlabError
 from schedlab.models.freezing import PROFILES as LAYER_PROFILES
@@ -81,7 +81,7 @@ _shown = reprlib.Repr()
 _shown.maxstring, _shown.maxother, _shown.maxlevel = 60, 60, 3
 
 
-def _is_id(value: Any) -> bool:
+def _is_id(value: Any) -> TypeGuard[str]:
     return isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS
 
 
@@ -254,7 +254,8 @@ def _parse_topology(ck: _Checker, raw: Any, node_ids: list[str]) -> Topology | N
         except ValueError as exc:
             ck.bad(f"{where}.graph", str(exc))
             return None
-    racks, placed = [], {}
+    racks: list[Rack] = []
+    placed: dict[str, str] = {}
     for i, rr in enumerate(ck.sequence(raw, "racks", where)):
         w = f"{where}.racks[{i}]"
         rr = ck.mapping(rr, w, "rack")
@@ -329,7 +330,7 @@ def _parse_params(ck: _Checker, raw: Any, where: str) -> ThroughputParams | None
     return ThroughputParams(*values)
 
 
-def _parse_throughput(ck: _Checker, raw: Any, where: str, gpu_types: set[str]) -> dict[str, ThroughputParams]:
+def _parse_throughput(ck: _Checker, raw: Any, where: str, gpu_types: frozenset[str]) -> dict[str, ThroughputParams]:
     """Either one parameter set for every GPU type, or {gpu_type: parameter set}."""
     raw = ck.mapping(raw, where)
     if set(raw) & set(PARAM_NAMES):
@@ -366,6 +367,7 @@ def _parse_job(ck: _Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | No
         grad = GradStats(*(ck.field(g, "grad_stats", k, f"{where}.grad_stats", 0.0, required=True)
                            for k in ("sqr", "var")))
     else:
+        assert profile is not None, "checked above: an application or all three inline"
         grad = profile.grad_stats
     if "batch" in raw:
         b = ck.mapping(raw["batch"], f"{where}.batch", "batch")
@@ -377,6 +379,7 @@ def _parse_job(ck: _Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | No
             ck.bad(f"{where}.batch", f"min_local_bsz {batch.min_local_bsz} is above max_bsz {batch.max_bsz}: no GPU "
                    "count can run it; lower min_local_bsz or raise max_bsz")
     else:
+        assert profile is not None, "checked above: an application or all three inline"
         batch = profile.batch
 
     total = cluster.total_gpus  # 0: every node drained, a valid round in which no job runs

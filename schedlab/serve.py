@@ -319,7 +319,7 @@ def make_app(config: ServeConfig) -> Starlette:
     ], lifespan=lifespan)
 
 
-def serve(config: ServeConfig, host: str = "127.0.0.1", port: int = 8080, graceful_s: float = 120.0) -> None:
+def serve(config: ServeConfig, host: str = "127.0.0.1", port: int = 8080, graceful_s: int = 120) -> None:
     """Run until SIGTERM or SIGINT; rounds in flight get up to graceful_s to finish."""
     import uvicorn
 

@@ -103,7 +103,7 @@ class Variant:
 
 
 def variants(solvers: list[str], formulations: list[str]) -> list[Variant]:
-    return [Variant(s, f) for s, f in itertools.product(solvers, formulations or [None])]
+    return [Variant(s, f) for s, f in itertools.product(solvers, list[str | None](formulations) or [None])]
 
 
 def compare(rounds: list[dict], variant_list: list[Variant], time_limit_s: float | None = None,

@@ -93,10 +93,10 @@ def fit_table(frame: pd.DataFrame, seed: int = 0) -> list[Fit]:
     """Pollux's throughput model fitted to each model's unfrozen rows, with its RMSLE."""
     out = []
     for (model, gpu), df in frame[frame.frozen_groups == 0].groupby(["model", "gpu_type"], sort=False):
-        args = [df[c].to_numpy(float) for c in ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time")]
-        params = fit_throughput_params(*args, rng=np.random.default_rng(seed))
-        pred = step_time_s(params, args[0], args[1], args[2])
-        out.append(Fit(str(model), str(gpu), params, rmsle(pred, args[3]), len(df)))
+        n, r, m, step, sync = (df[c].to_numpy(float) for c in ("num_nodes", "num_replicas", "local_bsz", "step_time",
+                                                               "sync_time"))
+        params = fit_throughput_params(n, r, m, step, sync, rng=np.random.default_rng(seed))
+        out.append(Fit(str(model), str(gpu), params, rmsle(step_time_s(params, n, r, m), step), len(df)))
     return out
 
 

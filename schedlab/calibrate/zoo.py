@@ -61,7 +61,7 @@ class _Bottleneck(nn.Module):
 
 
 def _stages(block, widths_blocks, c_in: int, expansion: int) -> tuple[list[nn.Module], int]:
-    stages = []
+    stages: list[nn.Module] = []
     for i, (width, blocks) in enumerate(widths_blocks):
         layers = []
         for b in range(blocks):
@@ -148,12 +148,12 @@ def bert_base(seq_len: int = 384) -> ZooModel:
     if BertForQuestionAnswering is not None:
         net = BertForQuestionAnswering(BertConfig())
 
-        def loss(m, b):
+        def qa_loss(m, b):
             out = m(input_ids=b[0], start_positions=b[1][:, 0], end_positions=b[1][:, 1])
             return out.loss
 
         groups = _layer_groups((net.bert.embeddings,), list(net.bert.encoder.layer), net.qa_outputs)
-        return ZooModel("bert-base", net, batch, loss, groups)
+        return ZooModel("bert-base", net, batch, qa_loss, groups)
     net = _Transformer(vocab, 512, 12, 768, 12, 3072, 2, causal=False)
 
     def loss(m, b):

@@ -133,7 +133,7 @@ def _duplicate(rng, raw, path):
         parent[f"{key}_"] = copy.deepcopy(parent[key])
 
 
-_STRANGE = ("", "x" * 100_000, None, True, [], {}, [1, 2], {"a": 1}, -1, 0, 2**64, 10**400, 1e308, -1e-300,
+_STRANGE: tuple[Any, ...] = ("", "x" * 100_000, None, True, [], {}, [1, 2], {"a": 1}, -1, 0, 2**64, 10**400, 1e308, -1e-300,
             "NaN", "∞", "\u0000", "ñ" * 10)
 
 

@@ -29,7 +29,8 @@ import pandas as pd
 from schedlab.api import solve_round
 from schedlab.experiments.pollux_artifact import run as run_replays
 from schedlab.io import json_text
-from schedlab.policies import Policy, make_policy
+from schedlab.policies import Policy
+from schedlab.policies.goodput import PolluxPolicy
 from schedlab.replay.engine import ReplayConfig, replay
 from schedlab.solvers.evolutionary import Evolution, EvolutionConfig
 from schedlab.state import RoundInput, RoundResult
@@ -61,7 +62,7 @@ class Recorder:
 
 def record_rounds(workload: str, every: int) -> list[RoundInput]:
     """Rounds as the pollux policy sees them, with its settings."""
-    pollux = make_policy("pollux")
+    pollux = PolluxPolicy()
     recorder = Recorder(pollux, every)
     replay(trace_jobs(load_workload(workload)), recorder, ReplayConfig())
     return [replace(r, settings=pollux.settings) for r in recorder.rounds]

@@ -36,7 +36,8 @@ def full_round(num_gpus: int, seed: int, rng: np.random.Generator) -> PlacementI
     seen, _ = make_cluster(ClusterSpec(num_gpus // 4, 4, variability="measured", seed=seed))
     gpus = tuple(PlacementGpu(f"{n.id}/{k}", n.id, {c: n.gpu_slowdown(k, c) for c in CLASSES})
                  for n in seen.nodes for k in range(n.gpus))
-    jobs, used = [], 0
+    jobs: list[PlacementJob] = []
+    used = 0
     while True:
         size = int(rng.choice([1, 2, 4, 8]))
         if used + size > num_gpus:

@@ -95,6 +95,7 @@ def stream_latency(rounds: int) -> dict[str, float]:
     line = json.dumps(json.loads(EXAMPLE.read_text())) + "\n"
     proc = subprocess.Popen([sys.executable, "-m", "schedlab.cli", "solve", "--stream"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None  # both piped above
     times = []
     for k in range(rounds + 10):
         t0 = time.perf_counter()

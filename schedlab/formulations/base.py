@@ -44,7 +44,8 @@ Solver = Callable[[MilpModel, Settings], tuple[SolveOutcome, float]]  # a regist
 
 
 class RoundModel(Protocol):
-    round_input: RoundInput
+    @property
+    def round_input(self) -> RoundInput: ...
 
     def solve(self, solver: Solver, settings: Settings) -> tuple[SolveOutcome, float]:
         """The solver's outcome (a point in this model's layout) and the seconds spent building
@@ -59,6 +60,10 @@ class RoundModel(Protocol):
 
     def fallback(self) -> np.ndarray:
         """A feasible point found greedily (array layout): the answer when a solver has none."""
+
+
+class OneRoundModel(RoundModel, MilpModel, Protocol):
+    """A round that is one MilpModel: what a customization changes (CustomizedModel)."""
 
 
 class OneModel:
@@ -76,16 +81,16 @@ class CustomizedModel(OneModel):
     start is offered only where it satisfies the changed model. The greedy fallback knows
     nothing of the change (solve_round still verifies it against the round's rules)."""
 
-    inner: OneModel
+    inner: OneRoundModel
     customize: Callable[[pyo.ConcreteModel], object]
 
     @property
     def round_input(self) -> RoundInput:
-        return self.inner.round_input  # type: ignore[attr-defined]
+        return self.inner.round_input
 
     @cached_property
     def _pyomo(self) -> pyo.ConcreteModel:
-        m = self.inner.pyomo()  # type: ignore[attr-defined]
+        m = self.inner.pyomo()
         self.customize(m)
         return m
 
@@ -93,11 +98,11 @@ class CustomizedModel(OneModel):
         return self._pyomo
 
     def start(self) -> np.ndarray | None:
-        start = self.inner.start()  # type: ignore[attr-defined]
+        start = self.inner.start()
         return start if _satisfies(self._pyomo, start) else None
 
     def decode(self, values: np.ndarray) -> tuple[JobAllocation, ...]:
-        return self.inner.decode(values)  # type: ignore[attr-defined]
+        return self.inner.decode(values)
 
     def objective(self, values: np.ndarray) -> float:
         import pyomo.environ as pyo
@@ -106,7 +111,7 @@ class CustomizedModel(OneModel):
         return float(pyo.value(self._pyomo.obj))
 
     def fallback(self) -> np.ndarray:
-        return self.inner.fallback()  # type: ignore[attr-defined]
+        return self.inner.fallback()
 
 
 def _load(m: pyo.ConcreteModel, values: np.ndarray) -> None:

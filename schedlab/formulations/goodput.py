@@ -55,7 +55,7 @@ import scipy.sparse as sp
 from schedlab.formulations.base import OneModel
 from schedlab.formulations.freezing import enumerate_freeze_options, has_freezing
 from schedlab.formulations.greedy import greedy_choice
-from schedlab.formulations.options import OptionSet, enumerate_options, job_allocations
+from schedlab.formulations.options import OptionColumns, OptionSet, enumerate_options, job_allocations
 from schedlab.formulations.packing import NodeState
 from schedlab.solvers.arrays import MilpArrays
 from schedlab.state import JobAllocation, RoundInput
@@ -80,7 +80,7 @@ def item_sizes(opts: OptionSet) -> np.ndarray:
     return np.where(opts.num_nodes == 1, opts.num_gpus, G) * (opts.group >= 0)
 
 
-def max_min_weight(opts: OptionSet) -> float:
+def max_min_weight(opts: OptionColumns) -> float:
     """M in max M t + utility: one unit of t outweighs any utility difference."""
     return 1e3 * max(opts.num_jobs, 1)
 
@@ -100,7 +100,7 @@ def structure(opts: OptionSet) -> Structure:
     )
 
 
-def max_min_upper(opts: OptionSet) -> float:
+def max_min_upper(opts: OptionColumns) -> float:
     """Upper bound of t. With more jobs than GPUs some job gets nothing, so t = 0: fixing it
     spares the solver an LP bound that spreads fractional GPUs over every job."""
     if opts.num_jobs > opts.round_input.cluster.total_gpus:
@@ -108,7 +108,7 @@ def max_min_upper(opts: OptionSet) -> float:
     return float(opts.penalized_speedup.max(initial=0.0))
 
 
-def _objective_coefficients(opts: OptionSet) -> tuple[np.ndarray, float]:
+def _objective_coefficients(opts: OptionColumns) -> tuple[np.ndarray, float]:
     """Coefficients of x and the constant of the p-mean objective (max-min's tie-break)."""
     return opts.utility - opts.U0[opts.job], float(opts.U0.sum())
 
@@ -148,8 +148,8 @@ def build_arrays(opts: OptionSet) -> MilpArrays:
     for k, holders in sorted(st.multi_stayer.items()):  # (slots)
         grp = opts.groups[st.node_group[k]]
         for d in grp.levels:
-            col = [w_index[k, d]] + [c for c, _ in holders]
-            add_rows(np.zeros(len(col)), col, [float(d)] + [float(h) for _, h in holders], [grp.gpus_per_node])
+            slot_cols = [w_index[k, d]] + [c for c, _ in holders]
+            add_rows(np.zeros(len(slot_cols)), slot_cols, [float(d)] + [float(h) for _, h in holders], [grp.gpus_per_node])
     if max_min:  # (minspd): t - sum_c s'_c x_c <= 0 for every job
         J = opts.num_jobs
         add_rows(np.concatenate([np.arange(J), opts.job]), np.concatenate([np.full(J, t_col), np.arange(n)]),
@@ -175,7 +175,7 @@ def build_arrays(opts: OptionSet) -> MilpArrays:
     )
 
 
-def min_job_speedup(opts: OptionSet, x: np.ndarray) -> float:
+def min_job_speedup(opts: OptionColumns, x: np.ndarray) -> float:
     """min_j sum_c s'_c x_c: the smallest penalized speedup of any job (0 if some job has none)."""
     per_job = np.zeros(opts.num_jobs)
     np.add.at(per_job, opts.job, opts.penalized_speedup * x)
@@ -275,7 +275,7 @@ def build_pyomo(opts: OptionSet) -> pyo.ConcreteModel:
     return m
 
 
-def objective_value(opts: OptionSet, chosen: np.ndarray) -> float:
+def objective_value(opts: OptionColumns, chosen: np.ndarray) -> float:
     """The model's objective for a set of chosen options (a boolean mask over options); any
     option set with utility, U0, job and penalized_speedup (the joint model's too)."""
     coef, offset = _objective_coefficients(opts)

@@ -405,7 +405,7 @@ def _undominated(o: JointOptions, util: np.ndarray) -> np.ndarray:
         contains = (M[:, None, :] <= M[None, :, :]).all(axis=2) & ~np.eye(len(M), dtype=bool)  # [i', i]: i' in i
         value = np.full((o.num_jobs, len(M)), -np.inf)
         value[job[mine], o.comp_id[mine]] = util[mine]
-        beaten = ((value[:, :, None] >= value[:, None, :]) & contains[None]).any(axis=1)
+        beaten = np.asarray(((value[:, :, None] >= value[:, None, :]) & contains[None]).any(axis=1))
         keep[mine] &= ~beaten[job[mine], o.comp_id[mine]]
     return keep
 
@@ -744,7 +744,7 @@ def decode(opts: JointOptions, st: Structure, values: np.ndarray) -> tuple[JobAl
         gpus_of[c] = job.current_gpus
     whole = {jw: int(round(values[n + i])) for i, jw in enumerate(st.v_cols)}
     for c in picked[opts.kind[picked] == MULTI]:
-        j, refs = int(opts.job[c]), []
+        j, refs = int(opts.job[c]), list[GpuRef]()
         for p in opts.multi[opts.pool[c]].pools:
             count = whole.get((j, p), 0)
             pool = cl.pools[p]
@@ -757,21 +757,21 @@ def decode(opts: JointOptions, st: Structure, values: np.ndarray) -> tuple[JobAl
         gpus_of[c] = tuple(refs)
     singles = picked[opts.kind[picked] == SINGLE]
     for c in sorted(singles, key=lambda c: (-opts.num_gpus[c], c)):
-        refs = state.take_shape(cl.pools[opts.pool[c]].nodes, 1, int(opts.num_gpus[c]))
-        if refs is None:
+        single = state.take_shape(cl.pools[opts.pool[c]].nodes, 1, int(opts.num_gpus[c]))
+        if single is None:
             raise RuntimeError(f"no room for job {jobs[opts.job[c]].id!r} ({opts.num_gpus[c]} GPUs)")
-        gpus_of[c] = refs
+        gpus_of[c] = single
     for c in picked[opts.kind[picked] == COMP]:
         pool = cl.pools[opts.pool[c]]
         k = pool.nodes[0]
-        refs = []
+        indices: list[int] = []
         for members, count in zip(pool.slices, opts.comp(c)):
             free = [i for i in state.free[k] if i in members][:count]
             if len(free) < count:
                 raise RuntimeError(f"no room on node {nodes[k].id!r} for job {jobs[opts.job[c]].id!r}")
-            refs += free
-        state.set_free(k, [i for i in state.free[k] if i not in refs])
-        gpus_of[c] = tuple(GpuRef(nodes[k].id, i) for i in refs)
+            indices += free
+        state.set_free(k, [i for i in state.free[k] if i not in indices])
+        gpus_of[c] = tuple(GpuRef(nodes[k].id, i) for i in indices)
     return job_allocations(opts, picked, gpus_of)
 
 

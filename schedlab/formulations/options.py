@@ -30,9 +30,9 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import cache, cached_property
+from functools import cached_property
 from operator import attrgetter
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -134,6 +134,32 @@ class OptionSet:
                        penalized_speedup=self.penalized_speedup[pick], utility=self.utility[pick],
                        local_bsz=self.local_bsz[pick], accum_steps=self.accum_steps[pick],
                        stay_nodes={j: c for j, c in self.stay_nodes.items() if j in kept})
+
+
+class OptionColumns(Protocol):
+    """What the objective reads of an option set, the goodput model's (OptionSet) or the joint
+    model's: every option's job, utility and penalized speedup, and each job's U0."""
+
+    @property
+    def round_input(self) -> RoundInput: ...
+
+    @property
+    def job(self) -> np.ndarray: ...
+
+    @property
+    def utility(self) -> np.ndarray: ...
+
+    @property
+    def penalized_speedup(self) -> np.ndarray: ...
+
+    @property
+    def U0(self) -> np.ndarray: ...
+
+    @property
+    def num_jobs(self) -> int: ...
+
+    @property
+    def num_options(self) -> int: ...
 
 
 def stay_options(job: np.ndarray, is_stay: np.ndarray) -> dict[int, int]:
@@ -274,12 +300,13 @@ def _value_rows(rows: _Rows, jobs: tuple[JobSpec, ...], fixed_bsz: np.ndarray | 
 def field_values(obj) -> tuple[float, ...]:
     """A flat dataclass's field values in order (one C-level getter per class: this runs for every
     job of every round)."""
-    return _getter(type(obj))(obj)
+    cls = type(obj)
+    if cls not in _GETTERS:
+        _GETTERS[cls] = attrgetter(*(f.name for f in dataclasses.fields(cls)))
+    return _GETTERS[cls](obj)
 
 
-@cache
-def _getter(cls: type) -> Callable[[Any], tuple]:
-    return attrgetter(*(f.name for f in dataclasses.fields(cls)))
+_GETTERS: dict[type, Callable[[Any], tuple]] = {}
 
 
 def prune_dominated(job: np.ndarray, group: np.ndarray, num_gpus: np.ndarray, value: np.ndarray) -> np.ndarray:

@@ -451,8 +451,9 @@ def build_pyomo(pi: PlacementInput) -> pyo.ConcreteModel:
     model.onenode = pyo.Constraint(model.onenode_index, rule=lambda _, j, n: sum(
         x[j, k] for k in st.on_node(n)) >= int(st.need[j]) * (y[j, n] - m[j]))
     model.lost = pyo.Constraint(model.J, rule=lambda _, j: p[j] >= inverse_worst(j) - (1 - m[j]) / st.tiers[j][0])
-    model.stay_index = pyo.Set(dimen=2, initialize=[(j, k) for j in model.S for k in st.current[j]])
-    model.stay = pyo.Constraint(model.stay_index, rule=lambda _, j, k: x[j, k] >= st.current[j][k] * s[j])
+    current = {j: cur for j, cur in enumerate(st.current) if cur is not None}  # the jobs of S
+    model.stay_index = pyo.Set(dimen=2, initialize=[(j, k) for j in model.S for k in current[j]])
+    model.stay = pyo.Constraint(model.stay_index, rule=lambda _, j, k: x[j, k] >= current[j][k] * s[j])
 
     speed = sum(weight[j] * (inverse_worst(j) - (1 - 1 / pi.across_node) * p[j]) for j in jobs)
     restart = sum(weight[j] * pi.restart_penalty * (1 - (s[j] if j in model.S else 0))
@@ -587,6 +588,7 @@ def solve_exact(pi: PlacementInput, solver: Solver, settings: Settings,
         # start is a valid placement, so it is the answer, flagged as unproven.
         placement = {job.id: tuple(sorted(start[job.id])) for job in pi.jobs}
         return PlacementResult(placement, placement_objective(pi, placement), TIME_LIMIT, build_s, outcome.solve_s)
+    assert outcome.values is not None, "a solver that did not fail has a point"
     placement = decode(pi, model=milp.model, values=outcome.values)
     return PlacementResult(placement, placement_objective(pi, placement), outcome.status, build_s, outcome.solve_s)
 

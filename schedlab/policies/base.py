@@ -13,7 +13,7 @@ Policies may keep state between rounds (queues, populations); make a fresh one p
 
 from __future__ import annotations
 
-from typing import ClassVar, Protocol
+from typing import Protocol
 
 from schedlab.state import RoundInput, RoundResult
 
@@ -21,8 +21,13 @@ HEURISTIC = "heuristic"  # RoundResult.status of policies that do not prove opti
 
 
 class Policy(Protocol):
-    name: ClassVar[str]
-    batch_mode: ClassVar[str]
-    throughput_model: ClassVar[str]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def batch_mode(self) -> str: ...
+
+    @property
+    def throughput_model(self) -> str: ...
 
     def schedule(self, round_input: RoundInput) -> RoundResult: ...

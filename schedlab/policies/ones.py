@@ -36,7 +36,7 @@ class OnesPolicy:
         ri = replace(round_input, settings=self.settings)
         chosen, placement, vals, generations = self._evolution.search(ri)
         opts = vals.opts
-        allocations = []
+        allocations: list[JobAllocation] = []
         objective = 0.0
         for j, job in enumerate(ri.jobs):
             c = chosen[j]
@@ -50,7 +50,6 @@ class OnesPolicy:
                 job.id, gpus, int(vals.total_bsz[c]), int(vals.local_bsz[c]), int(vals.accum_steps[c]),
                 float(opts.goodput[c]), float(opts.speedup[c]),
                 restarted=job.running and set(gpus) != set(job.current_gpus)))
-        allocations = tuple(allocations)
-        verify(ri, allocations)
-        return RoundResult(allocations, HEURISTIC, "evolutionary", float(objective), math.nan, math.nan, 0.0,
+        verify(ri, tuple(allocations))
+        return RoundResult(tuple(allocations), HEURISTIC, "evolutionary", float(objective), math.nan, math.nan, 0.0,
                            time.perf_counter() - t0, True, f"{generations} generations")

@@ -49,8 +49,6 @@ from schedlab.policies.base import HEURISTIC
 from schedlab.state import JobAllocation, JobSpec, RoundInput, RoundResult, Settings
 from schedlab.verify import verify
 
-PlaceFunction = Callable[[PlacementInput, np.random.Generator], Placement]
-
 
 def _free(pi: PlacementInput) -> list[str]:
     return [g.id for g in pi.gpus]
@@ -69,7 +67,8 @@ def _pack(pi: PlacementInput, job: PlacementJob, free: list[str]) -> list[str]:
     per_node = pi.by_node(free)
     fits = [gs for gs in per_node.values() if len(gs) >= job.num_gpus]
     if fits:
-        return sorted(min(fits, key=lambda gs: (len(gs), pi.node_of(gs[0]))))[: job.num_gpus]
+        tightest = min(fits, key=lambda gs: (len(gs), pi.node_of(gs[0])))
+        return sorted(tightest)[: job.num_gpus]
     taken: list[str] = []
     for gs in sorted(per_node.values(), key=lambda gs: (-len(gs), pi.node_of(gs[0]))):
         taken += sorted(gs)[: job.num_gpus - len(taken)]
@@ -176,7 +175,10 @@ class PlacementPolicy(ABC):
 class GreedyPlacementPolicy(PlacementPolicy):
     """Places with the placement function `greedy`; status heuristic."""
 
-    greedy: ClassVar[PlaceFunction]
+    @staticmethod
+    def greedy(pi: PlacementInput, rng: np.random.Generator) -> Placement:
+        """The placement function (a subclass's): every job of `pi` on its GPUs."""
+        raise NotImplementedError
 
     def place(self, round_input: RoundInput) -> RoundResult:
         t0 = time.perf_counter()

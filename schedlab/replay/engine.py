@@ -417,7 +417,7 @@ def _jobs_frame(states: dict[str, JobState], truths: dict[str, ApplicationTruth]
         job, truth = s.job, truths[name]
         packed = tuple(min(gpus_per_node, job.num_replicas - k) for k in range(0, job.num_replicas, gpus_per_node))
         isolated = job.work_s if job.work_s is not None else isolated_time_s(truth, packed, job.batch_size)
-        jct = s.completion_s - job.submit_s if s.done else math.nan
+        jct = s.completion_s - job.submit_s if s.completion_s is not None else math.nan
         rows.append({
             "name": name, "application": job.application, "submit_s": job.submit_s,
             "completion_s": s.completion_s if s.done else math.nan, "jct_s": jct,

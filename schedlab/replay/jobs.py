@@ -177,6 +177,7 @@ def advance(state: JobState, truth: ApplicationTruth, agent: JobAgent, fixed_bsz
         return state
     delay = min(state.rescale_left_s, seconds)
     progress, epoch, split, grad = state.progress, state.epoch, state.split, state.grad
+    assert split is not None, "a job on GPUs has its batch split (reallocate chose it)"
     attained, spent, completion = state.attained_gpu_s + delay * r, state.penalty_spent, None
     now_s, seconds = now_s + delay, seconds - delay
     factors = scale(state.gpus) if scale is not None else None
@@ -231,13 +232,15 @@ def advance_work(state: JobState, speed: float, now_s: float, seconds: float, ro
     if r == 0 or state.done:
         return state
     delay = min(state.rescale_left_s, seconds)
-    left = state.job.work_s - state.progress
+    work_s = state.job.work_s
+    assert work_s is not None, "advance_work is for jobs of fixed work"
+    left = work_s - state.progress
     run_s = seconds - delay
     if left > run_s * speed:
         return replace(state, progress=state.progress + run_s * speed, rescale_left_s=state.rescale_left_s - delay,
                        attained_gpu_s=state.attained_gpu_s + seconds * r)
     busy_s = seconds if round_end else delay + left / speed
-    return replace(state, progress=state.job.work_s, rescale_left_s=0.0, attained_gpu_s=state.attained_gpu_s + busy_s * r,
+    return replace(state, progress=work_s, rescale_left_s=0.0, attained_gpu_s=state.attained_gpu_s + busy_s * r,
                    completion_s=now_s + busy_s)
 
 

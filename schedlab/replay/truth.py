@@ -101,12 +101,13 @@ class ApplicationTruth:
         """(replicas, batch) requests a user would plausibly make: the artifact's workload
         generator keeps the replica counts whose scaling efficiency against one GPU, at each
         count's fastest validated batch, lies in [lo_util, hi_util] (time-to-completion < 12 h)."""
-        out, base_s = [], None
+        out: list[tuple[int, int]] = []
+        base_s, base_bsz = math.inf, self.init_bsz  # one GPU's fastest batch and its time
         for r in (1, 2, 4, 6, 8, 12, 16, 24, 32, 48):
             if r * self.min_local_bsz > self.max_bsz:
                 break
             placement = tuple(min(gpus_per_node, r - k) for k in range(0, r, gpus_per_node))
-            best = None
+            best: tuple[float, int] | None = None
             for bsz in self.validation:
                 if math.ceil(bsz / r - _EPS) < self.min_local_bsz:
                     continue
@@ -114,6 +115,8 @@ class ApplicationTruth:
                 jct = self.iterations(bsz, self.max_epochs - 1) * self.step_time_s(placement, split)
                 if best is None or jct < best[0]:
                     best = (jct, bsz)
+            if best is None:  # no validated batch runs on r GPUs
+                continue
             if r == 1:
                 base_s, base_bsz = best
             elif best[0] < 12 * 3600 and lo_util < base_s / best[0] / r < hi_util:

@@ -123,16 +123,18 @@ def _around_relaxation(model: MilpArrays, relaxed: SolveOutcome, reduced_cost: n
     """Steps 2 and 3. The bound is the relaxation's; status OPTIMAL only within mip_gap of it,
     else TIME_LIMIT with the best point found (None if no neighbourhood had one)."""
     bound, x = relaxed.objective, relaxed.values
+    assert x is not None, "an optimal relaxation has its point"
     frac = model.integer & (np.abs(x - np.round(x)) > _INTEGRAL_TOL)
     if not frac.any():
         return replace(relaxed, values=np.where(model.integer, np.round(x), x), bound=bound,
                        message="LP relaxation integral")
     best = replace(relaxed, status=FAILED, values=None)
-    if model.choice is None:  # no jobs to free or fix: the full MIP decides
+    choice = model.choice
+    if choice is None:  # no jobs to free or fix: the full MIP decides
         return best
-    regret_order = _by_regret(model, x, reduced_cost)
+    regret_order = _by_regret(choice, model.col_lo, x, reduced_cost)
     for size in NEIGHBOURHOODS:
-        free = _neighbourhood(model, frac, regret_order[:size])
+        free = _neighbourhood(choice, frac, regret_order[:size])
         if (free & model.integer).sum() > NEIGHBOURHOOD_MAX_SHARE * model.integer.sum():
             break  # as large as the model: the full MIP, from its start, is the faster search
         fixed = model.integer & ~free
@@ -149,21 +151,22 @@ def _around_relaxation(model: MilpArrays, relaxed: SolveOutcome, reduced_cost: n
     return best
 
 
-def _by_regret(model: MilpArrays, x: np.ndarray, reduced_cost: np.ndarray) -> np.ndarray:
+def _by_regret(choice: np.ndarray, col_lo: np.ndarray, x: np.ndarray, reduced_cost: np.ndarray) -> np.ndarray:
     """Jobs by how little the LP loses if they switch options: the smallest reduced cost of an
-    option they leave at 0 (a maximization: reduced costs there are <= 0)."""
-    unused = (x <= model.col_lo + _INTEGRAL_TOL) & (model.choice >= 0)
-    regret = np.full(int(model.choice.max(initial=-1)) + 1, np.inf)
-    np.minimum.at(regret, model.choice[unused], -reduced_cost[unused])
+    option they leave at 0 (a maximization: reduced costs there are <= 0). `choice`: each
+    column's job (MilpArrays.choice)."""
+    unused = (x <= col_lo + _INTEGRAL_TOL) & (choice >= 0)
+    regret = np.full(int(choice.max(initial=-1)) + 1, np.inf)
+    np.minimum.at(regret, choice[unused], -reduced_cost[unused])
     return np.argsort(regret, kind="stable")
 
 
-def _neighbourhood(model: MilpArrays, frac: np.ndarray, jobs: np.ndarray) -> np.ndarray:
+def _neighbourhood(choice: np.ndarray, frac: np.ndarray, jobs: np.ndarray) -> np.ndarray:
     """Columns left free: every column of a fractional job or of `jobs`, and every auxiliary
     column (no job: slots, t), whose values follow the jobs'."""
-    aux = model.choice < 0
-    free_jobs = np.union1d(model.choice[frac & ~aux], jobs)
-    return aux | np.isin(model.choice, free_jobs)
+    aux = choice < 0
+    free_jobs = np.union1d(choice[frac & ~aux], jobs)
+    return aux | np.isin(choice, free_jobs)
 
 
 def lp_bound(model: MilpArrays, time_limit_s: float = 600.0) -> float:

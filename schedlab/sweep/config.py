@@ -206,13 +206,15 @@ def _policies(raw: Any, where: _Where) -> list[dict[str, Any]]:
         raise where.error("policies", "grid.policies must be a non-empty list of names or {name = ..., ...} tables")
     out = []
     for entry in raw:
-        spec = {"name": entry} if isinstance(entry, str) else dict(entry) if isinstance(entry, dict) else None
-        name = spec.get("name") if spec else entry
+        spec = {"name": entry} if isinstance(entry, str) else dict(entry) if isinstance(entry, dict) else {}
+        name = spec.get("name")
+        if not isinstance(name, str):
+            raise where.error("policies", f"grid.policies: {entry!r} is not a policy name or a {{name = ...}} table")
         try:
             make_policy(name)
         except ConfigError as exc:
-            raise where.error("policies", f"grid.policies: {exc}", value=name if isinstance(name, str) else None) from None
-        name = spec.pop("name")
+            raise where.error("policies", f"grid.policies: {exc}", value=name) from None
+        spec.pop("name")
         label = str(spec.pop("label", name))
         out.append({"name": name, "label": label, "params": spec})
     labels = [p["label"] for p in out]

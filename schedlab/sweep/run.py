@@ -90,7 +90,8 @@ def make_cell_policy(cell: dict[str, Any]):
     with such a field, unless its params set one."""
     spec = cell["policy"]
     params = dict(spec["params"])
-    fields = {f.name for f in dataclasses.fields(make_policy(spec["name"]))}
+    policy = make_policy(spec["name"])
+    fields: set[str] = {f.name for f in dataclasses.fields(policy)} if dataclasses.is_dataclass(policy) else set()
     for key, value in {"seed": cell["seed"], **{a: cell[a] for a in POLICY_AXES if a in cell}}.items():
         if key in fields:
             params.setdefault(key, value)
