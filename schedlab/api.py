@@ -16,7 +16,7 @@ from concurrent.futures import Executor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
-from schedlab.errors import InputError, SchedlabError
+from schedlab.errors import DecodeError, InputError, SchedlabError, VerificationError
 from schedlab.formulations import FORMULATIONS
 from schedlab.formulations.base import CustomizedModel, OneRoundModel
 from schedlab.io import parse_round_input, round_input_to_dict
@@ -24,13 +24,13 @@ from schedlab.partition import auto_partitions, solve_partitioned
 from schedlab.solvers.outcome import FAILED, SolveOutcome
 from schedlab.solvers.registry import PyomoSolver
 from schedlab.solvers.registry import solver as get_solver
-from schedlab.state import RoundInput, RoundResult
+from schedlab.state import RoundInput, RoundResult, Status
 from schedlab.verify import verify
 
 if TYPE_CHECKING:
     import pyomo.environ as pyo
 
-FALLBACK = "fallback"
+FALLBACK = Status.FALLBACK
 
 
 def _as_round_input(round_input: RoundInput | Mapping[str, Any], overrides: Mapping[str, Any]) -> RoundInput:
@@ -132,7 +132,7 @@ def _solve_validated(ri: RoundInput, started_s: float | None = None,
             verify(ri, allocations)
             return RoundResult(allocations, outcome.status, s.solver, model.objective(outcome.values), outcome.bound,
                                outcome.gap, build_s, outcome.solve_s, True, outcome.message, options_s)
-        except (RuntimeError, SchedlabError) as exc:
+        except (DecodeError, VerificationError) as exc:
             outcome = replace(outcome, message=f"solver answer rejected: {exc}")
     values = model.fallback()
     allocations = model.decode(values)

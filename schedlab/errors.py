@@ -27,5 +27,10 @@ class VerificationError(SchedlabError):
         super().__init__("allocation failed verification:\n  - " + "\n  - ".join(self.problems))
 
 
+class DecodeError(SchedlabError):
+    """A solver's point does not map onto concrete GPUs (a model or solver fault): solve_round
+    rejects the point and answers with the verified greedy allocation instead."""
+
+
 class SolverError(SchedlabError):
     """A solver is unknown, unavailable, or failed without a usable answer."""

@@ -35,6 +35,7 @@ from schedlab.state import (
     RoundInput,
     RoundResult,
     Settings,
+    Status,
     ThroughputParams,
     Topology,
 )
@@ -754,7 +755,7 @@ def round_result_from_dict(raw: Mapping[str, Any]) -> RoundResult:
         a["accum_steps"], a["goodput"], a["speedup"], a["restarted"], a["frozen_groups"], a["freeze_penalty"])
         for a in raw["allocations"])
     number = lambda key, missing: missing if raw[key] is None else raw[key]  # noqa: E731
-    return RoundResult(allocations, raw["status"], raw["solver"], number("objective", math.nan),
+    return RoundResult(allocations, Status(raw["status"]), raw["solver"], number("objective", math.nan),
                        number("bound", math.nan), number("gap", math.inf), raw["build_s"], raw["solve_s"],
                        raw["verified"], raw["message"], raw["options_s"])
 

@@ -31,9 +31,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from schedlab.state import Cluster, RoundInput, RoundResult, Topology
+from schedlab.state import Cluster, RoundInput, RoundResult, Status, Topology
 
-PARTITIONED = "partitioned"
+PARTITIONED = Status.PARTITIONED
 JOBS_PER_PART = 10_000  # auto: parts of at most this many jobs (one solves in ~3 s on one core)
 
 

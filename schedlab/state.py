@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
 
 # PAL's application classes (models.variability) of the shipped applications: ResNet-like CNNs
@@ -298,15 +299,25 @@ class JobAllocation:
         return len({g.node for g in self.gpus})
 
 
+class Status(StrEnum):
+    """How a round (or one solver's search) ended; the values are the JSON's."""
+
+    OPTIMAL = "optimal"  # proven within settings.mip_gap
+    TIME_LIMIT = "time_limit"  # feasible, not proven
+    FAILED = "failed"  # a solver's search with no usable point (never a round's status)
+    FALLBACK = "fallback"  # the greedy answer: the solver had none that decoded and verified
+    PARTITIONED = "partitioned"  # each part solved on its own (schedlab.partition)
+    HEURISTIC = "heuristic"  # a policy that does not prove optimality (ones, greedy placements)
+
+
 @dataclass(frozen=True)
 class RoundResult:
-    """The answer of a round. status: optimal | time_limit (feasible, not proven) | fallback |
-    partitioned (each part solved on its own, schedlab.partition). build_s counts everything
-    before the solver searches; options_s is its part spent building the formulation's model
-    (for goodput: enumerating and valuing the options)."""
+    """The answer of a round (status: Status). build_s counts everything before the solver
+    searches; options_s is its part spent building the formulation's model (for goodput:
+    enumerating and valuing the options)."""
 
     allocations: tuple[JobAllocation, ...]
-    status: str
+    status: Status
     solver: str
     objective: float
     bound: float

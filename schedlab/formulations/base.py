@@ -52,7 +52,7 @@ class RoundModel(Protocol):
         what it solved, within settings.time_limit_s."""
 
     def decode(self, values: np.ndarray) -> tuple[JobAllocation, ...]:
-        """Concrete GPUs and batches from a point (array layout); raises RuntimeError if it does
+        """Concrete GPUs and batches from a point (array layout); raises DecodeError if it does
         not decode."""
 
     def objective(self, values: np.ndarray) -> float:

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
+from schedlab.errors import DecodeError
 from schedlab.formulations.base import OneModel
 from schedlab.formulations.freezing import enumerate_freeze_options, has_freezing
 from schedlab.formulations.greedy import greedy_choice
@@ -295,13 +296,13 @@ def decode(opts: OptionSet, chosen: np.ndarray) -> tuple[JobAllocation, ...]:
     for c in picked[opts.stay[picked]]:
         job = jobs[opts.job[c]]
         if not state.take_exact(job.current_gpus):
-            raise RuntimeError(f"job {job.id!r} cannot stay: its GPUs are taken")
+            raise DecodeError(f"job {job.id!r} cannot stay: its GPUs are taken")
         gpus_of[c] = job.current_gpus
     for c in sorted(picked[~opts.stay[picked]], key=lambda c: (-item_size[c], -opts.num_gpus[c], c)):
         grp = opts.groups[opts.group[c]]
         refs = state.take_shape(grp.nodes, int(opts.num_nodes[c]), int(item_size[c]))
         if refs is None:
-            raise RuntimeError(f"no room for job {jobs[opts.job[c]].id!r} ({opts.num_gpus[c]} GPUs)")
+            raise DecodeError(f"no room for job {jobs[opts.job[c]].id!r} ({opts.num_gpus[c]} GPUs)")
         gpus_of[c] = refs
     return job_allocations(opts, picked, gpus_of)
 

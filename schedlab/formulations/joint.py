@@ -82,6 +82,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
+from schedlab.errors import DecodeError
 from schedlab.formulations.base import OneModel
 from schedlab.formulations.freezing import fold_freeze_levels, has_freezing
 from schedlab.formulations.goodput import max_min_upper, max_min_weight, min_job_speedup, objective_value
@@ -740,7 +741,7 @@ def decode(opts: JointOptions, st: Structure, values: np.ndarray) -> tuple[JobAl
     for c in picked[opts.kind[picked] == STAY]:
         job = jobs[opts.job[c]]
         if not state.take_exact(job.current_gpus):
-            raise RuntimeError(f"job {job.id!r} cannot stay: its GPUs are taken")
+            raise DecodeError(f"job {job.id!r} cannot stay: its GPUs are taken")
         gpus_of[c] = job.current_gpus
     whole = {jw: int(round(values[n + i])) for i, jw in enumerate(st.v_cols)}
     for c in picked[opts.kind[picked] == MULTI]:
@@ -750,16 +751,16 @@ def decode(opts: JointOptions, st: Structure, values: np.ndarray) -> tuple[JobAl
             pool = cl.pools[p]
             taken = state.take_shape(pool.nodes, count, pool.gpus_per_node) if count else ()
             if taken is None:
-                raise RuntimeError(f"no {count} free whole nodes in pool {p} for job {jobs[j].id!r}")
+                raise DecodeError(f"no {count} free whole nodes in pool {p} for job {jobs[j].id!r}")
             refs += taken
         if len(refs) != opts.num_gpus[c]:
-            raise RuntimeError(f"job {jobs[j].id!r} got {len(refs)} GPUs of whole nodes, not {opts.num_gpus[c]}")
+            raise DecodeError(f"job {jobs[j].id!r} got {len(refs)} GPUs of whole nodes, not {opts.num_gpus[c]}")
         gpus_of[c] = tuple(refs)
     singles = picked[opts.kind[picked] == SINGLE]
     for c in sorted(singles, key=lambda c: (-opts.num_gpus[c], c)):
         single = state.take_shape(cl.pools[opts.pool[c]].nodes, 1, int(opts.num_gpus[c]))
         if single is None:
-            raise RuntimeError(f"no room for job {jobs[opts.job[c]].id!r} ({opts.num_gpus[c]} GPUs)")
+            raise DecodeError(f"no room for job {jobs[opts.job[c]].id!r} ({opts.num_gpus[c]} GPUs)")
         gpus_of[c] = single
     for c in picked[opts.kind[picked] == COMP]:
         pool = cl.pools[opts.pool[c]]
@@ -768,7 +769,7 @@ def decode(opts: JointOptions, st: Structure, values: np.ndarray) -> tuple[JobAl
         for members, count in zip(pool.slices, opts.comp(c)):
             free = [i for i in state.free[k] if i in members][:count]
             if len(free) < count:
-                raise RuntimeError(f"no room on node {nodes[k].id!r} for job {jobs[opts.job[c]].id!r}")
+                raise DecodeError(f"no room on node {nodes[k].id!r} for job {jobs[opts.job[c]].id!r}")
             indices += free
         state.set_free(k, [i for i in state.free[k] if i not in indices])
         gpus_of[c] = tuple(GpuRef(nodes[k].id, i) for i in indices)

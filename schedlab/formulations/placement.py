@@ -76,7 +76,7 @@ from schedlab.formulations.base import OneModel, Solver
 from schedlab.models.efficiency import split_fixed_batch
 from schedlab.solvers.arrays import MilpArrays
 from schedlab.solvers.outcome import FAILED, TIME_LIMIT, SolveOutcome
-from schedlab.state import GpuRef, JobAllocation, JobSpec, RoundInput, Settings
+from schedlab.state import GpuRef, JobAllocation, JobSpec, RoundInput, Settings, Status
 
 if TYPE_CHECKING:
     import pyomo.environ as pyo
@@ -521,7 +521,7 @@ def decode(pi: PlacementInput, model: PlacementModel, values: np.ndarray) -> dic
 class PlacementResult:
     placement: dict[str, tuple[str, ...]]
     objective: float
-    status: str
+    status: Status
     build_s: float
     solve_s: float
 
@@ -557,7 +557,7 @@ def solve_placement(pi: PlacementInput, solver: str = "highs", time_limit_s: flo
     from schedlab.solvers.registry import solver as registry_solver
 
     if not pi.jobs:
-        return PlacementResult({}, 0.0, "optimal", 0.0, 0.0)
+        return PlacementResult({}, 0.0, Status.OPTIMAL, 0.0, 0.0)
     entry = registry_solver(solver)
     start = start if start is not None else pal_greedy(pi, np.random.default_rng(0))
     if len(pi.gpus) <= EXACT_MAX_GPUS:
@@ -577,7 +577,7 @@ def solve_exact(pi: PlacementInput, solver: Solver, settings: Settings,
     """The exact model of `pi` solved whole by a registry entry within settings.time_limit_s
     (building it included), warm-started from `start`; the start when the solver has no point."""
     if not pi.jobs:
-        return PlacementResult({}, 0.0, "optimal", 0.0, 0.0)
+        return PlacementResult({}, 0.0, Status.OPTIMAL, 0.0, 0.0)
     t0 = time.perf_counter()
     milp = PlacementMilp(pi, build(pi), start)
     build_s = time.perf_counter() - t0

@@ -32,6 +32,7 @@ import numpy as np
 
 from schedlab.formulations.placement import PlacementInput, job_speed, placement_objective
 from schedlab.solvers.outcome import OPTIMAL, TIME_LIMIT
+from schedlab.state import Status
 
 # Many small windows beat few large ones: on three full 1,024-GPU rounds, 1 s of windows of 16
 # GPUs (~65 windows) gained 0.4-0.9 % over PAL's greedy, of 32 GPUs 0.4 %, of 64 GPUs 0-0.02 %.
@@ -51,7 +52,7 @@ def upper_bound(pi: PlacementInput) -> float:
     return float(sum(job.weight * best for job, best in zip(pi.jobs, best_speed(pi))))
 
 
-def status(bound: float, objective: float, mip_gap: float) -> str:
+def status(bound: float, objective: float, mip_gap: float) -> Status:
     """optimal when the objective is within mip_gap of the bound (upper_bound's), else time_limit."""
     return OPTIMAL if bound - objective <= mip_gap * max(abs(objective), 1e-9) else TIME_LIMIT
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from schedlab.state import RoundInput, RoundResult
+from schedlab.state import RoundInput, RoundResult, Status
 
-HEURISTIC = "heuristic"  # RoundResult.status of policies that do not prove optimality
+HEURISTIC = Status.HEURISTIC
 
 
 class Policy(Protocol):

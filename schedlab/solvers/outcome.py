@@ -9,7 +9,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-OPTIMAL, TIME_LIMIT, FAILED = "optimal", "time_limit", "failed"
+from schedlab.state import Status
+
+OPTIMAL, TIME_LIMIT, FAILED = Status.OPTIMAL, Status.TIME_LIMIT, Status.FAILED
 
 
 @dataclass(frozen=True)
@@ -20,7 +22,7 @@ class SolveOutcome:
     None when failed. Objective and bound are in the model's own (maximization) units.
     """
 
-    status: str
+    status: Status
     values: np.ndarray | None
     objective: float
     bound: float
