@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -118,15 +119,38 @@ def test_invalid_toml_names_the_line():
 
 def test_report_has_ci_over_seeds_and_change_vs_baseline(uninterrupted):
     text = report(uninterrupted, "md", figures=True)
-    lines = text.splitlines()
-    assert lines[0].split("|")[1].strip() == "trace"
+    table, note = text.split("\n\n")
+    lines = table.splitlines()
+    assert [c.strip() for c in lines[0].split("|")[1:4]] == ["trace", "fifo: mean JCT (s)", "tiresias: mean JCT (s)"]
     assert [line.split("|")[1].strip() for line in lines[2:]] == ["workload-1", "workload-3", "synthetic-12j-30ph", "all"]
     assert "±" in lines[4] and "%" in lines[2]  # sampled trace: a real CI; tiresias vs fifo in percent
-    for name in ("jct_cdf", "jct_vs_load", "utilization", "solve_time"):
+    assert note.startswith("mean JCT (s): mean ± 95 % CI over seeds")
+    for name in ("headline", "jct_cdf", "utilization", "solve_time"):
         assert (uninterrupted / "figures" / f"{name}.png").stat().st_size > 0
         assert (uninterrupted / "figures" / f"{name}.pdf").exists()
+    assert not (uninterrupted / "figures" / "jct_vs_load.png").exists()  # one load: no curve to draw
     csv = report(uninterrupted, "csv")
-    assert csv.splitlines()[0] == "trace,policy,mean,ci95,n,change_vs_baseline"
+    assert csv.splitlines()[0] == "trace,policy,mean,ci95,n,change_vs_baseline,metric"
+
+
+def test_each_metric_has_its_unit_and_precision(uninterrupted):
+    lines = report(uninterrupted, "md", metric="utilization").splitlines()
+    assert "fifo: GPU utilization" in lines[0]
+    assert all(re.fullmatch(r"0\.\d{3}( ± 0\.\d{3})?", cell.strip()) for cell in lines[2].split("|")[2:3])
+    latex = report(uninterrupted, "latex", metric="makespan_s")
+    assert "\\toprule" in latex and "makespan (h)" in latex and "{lrr" in latex
+
+
+def test_report_warns_of_unfinished_cells_and_the_config_holds_the_overrides(tmp_path, uninterrupted, capsys):
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(uninterrupted, out)
+    sorted((out / "cells").glob("*.json"))[0].unlink()
+    report(out)
+    assert "1 of 12 cells" in capsys.readouterr().err
+    sweep = parse_sweep(TINY, "tiny.toml", {"grid": {"policies": ["tiresias"]}, "sweep": {"baseline": "tiresias"}})
+    assert parse_sweep(sweep.text).cells == sweep.cells  # what is stored beside the results is what ran
 
 
 PAL_WORLD = """\
@@ -227,3 +251,12 @@ def test_tls_files_become_dask_security_that_requires_encryption():
 
     security = Remote("tls://10.0.0.5:8786", tls_ca_file="ca.pem", tls_cert="c.pem", tls_key="k.pem").security()
     assert security.require_encryption and security.tls_ca_file == "ca.pem" and security.tls_client_key == "k.pem"
+
+
+def test_a_cell_key_changes_with_the_package_source(monkeypatch):
+    from schedlab.sweep import config
+
+    cell = parse_sweep(TINY).cells[0]
+    before = config.cell_key(cell)
+    monkeypatch.setattr(config, "source_hash", lambda: "an edited formulation")
+    assert config.cell_key(cell) != before

@@ -3,13 +3,17 @@
 Tables: per trace (and load, cluster, round, model where they vary) and policy, the metric's
 mean over seeds with a 95 % confidence interval (Student t; none with one seed), an "all"
 row averaging the traces per seed, and the relative change of each policy's mean against the
-baseline's. Figures (PNG and PDF): JCT CDF per policy, mean JCT vs load, GPU utilization
-over time, per-round solve time distribution.
+baseline's; each metric in its unit and precision (UNITS), named in the headers. Figures (PNG
+and PDF, each saying what it pools): the metric per policy with its 95 % CI over the cells, the
+JCT CDF per load, mean JCT vs load with CIs over seeds (with several loads), utilization over
+time of every cell, and the per-round solve time.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -19,7 +23,7 @@ from tabulate import tabulate
 
 from schedlab.errors import ConfigError
 from schedlab.io import spreadsheet_safe
-from schedlab.sweep.config import cell_key, load_sweep, trace_label
+from schedlab.sweep.config import cell_key, load_sweep
 from schedlab.sweep.run import CellStore, records_frame
 
 FORMATS = ("md", "csv", "latex")
@@ -50,10 +54,49 @@ def summary_table(frame: pd.DataFrame, metric: str, baseline: str | None) -> pd.
     return out
 
 
-def wide_table(long: pd.DataFrame, decimals: int = 0) -> pd.DataFrame:
-    """Rows: group; columns: policy, each 'mean ± ci' (and change vs baseline when given)."""
+class Unit(NamedTuple):
+    label: str  # what the metric is, for headers
+    unit: str  # "" for a ratio or a count
+    scale: float  # shown value = stored value x scale
+    decimals: int
+
+
+# Each metric as a table shows it. A metric not listed shows its stored value, 3 decimals.
+UNITS = {
+    "mean_jct_s": Unit("mean JCT", "s", 1.0, 0),
+    "p50_jct_s": Unit("median JCT", "s", 1.0, 0),
+    "geomean_jct_s": Unit("geometric-mean JCT", "s", 1.0, 0),
+    "p99_jct_s": Unit("99th-percentile JCT", "h", 1 / 3600, 2),
+    "makespan_s": Unit("makespan", "h", 1 / 3600, 2),
+    "utilization": Unit("GPU utilization", "", 1.0, 3),
+    "ftf_mean": Unit("mean finish-time fairness", "", 1.0, 2),
+    "ftf_max": Unit("worst finish-time fairness", "", 1.0, 2),
+    "restarts_total": Unit("restarts", "", 1.0, 0),
+    "solve_p50_ms": Unit("median solve time", "ms", 1.0, 1),
+    "solve_p95_ms": Unit("95th-percentile solve time", "ms", 1.0, 1),
+    "solve_max_ms": Unit("slowest solve", "ms", 1.0, 0),
+    "penalty_mean": Unit("mean accuracy penalty", "", 1.0, 4),
+    "penalty_max": Unit("largest accuracy penalty", "", 1.0, 4),
+    "cpu_s": Unit("CPU time per replay", "s", 1.0, 1),
+}
+
+
+def unit_of(metric: str) -> Unit:
+    return UNITS.get(metric, Unit(metric.replace("_", " "), "", 1.0, 3))
+
+
+def header(metric: str) -> str:
+    """e.g. "mean JCT (s), mean ± 95 % CI over seeds"."""
+    u = unit_of(metric)
+    return f"{u.label}{f' ({u.unit})' if u.unit else ''}"
+
+
+def wide_table(long: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Rows: group; columns: policy, each 'mean ± ci' in the metric's unit and precision (and
+    change vs baseline when given); the policy headers name the metric and its unit."""
+    u = unit_of(metric)
     groups = [c for c in long.columns if c not in ("policy", "mean", "ci95", "n", "change_vs_baseline")]
-    cells = long.assign(text=[_pm(m, c, decimals) for m, c in zip(long["mean"], long["ci95"])])
+    cells = long.assign(text=[_pm(m * u.scale, c * u.scale, u.decimals) for m, c in zip(long["mean"], long["ci95"])])
     table = cells.pivot(index=groups, columns="policy", values="text")
     if "change_vs_baseline" in long:
         change = long.pivot(index=groups, columns="policy", values="change_vs_baseline")
@@ -63,7 +106,7 @@ def wide_table(long: pd.DataFrame, decimals: int = 0) -> pd.DataFrame:
     order = list(dict.fromkeys(long.policy))
     cols = [c for p in order for c in (p, f"{p} vs base") if c in table.columns]
     index = list(dict.fromkeys(long.set_index(groups).index))
-    return table.loc[index, cols]
+    return table.loc[index, cols].rename(columns={p: f"{p}: {header(metric)}" for p in order})
 
 
 def _pm(mean: float, ci: float, decimals: int) -> str:
@@ -74,14 +117,21 @@ def _metrics(frame: pd.DataFrame) -> list[str]:
     return [c for c in frame.columns if c.endswith(("_s", "_ms")) or c in ("utilization", "restarts_total")]
 
 
-def render(long: pd.DataFrame, fmt: str) -> str:
+def render(long: pd.DataFrame, fmt: str, metric: str) -> str:
+    """CSV: the long table at full precision (the metric in its stored unit, named in a column);
+    Markdown and LaTeX (booktabs): the wide table, groups left-aligned, numbers right-aligned."""
     if fmt == "csv":
-        return spreadsheet_safe(long).to_csv(index=False)
-    wide = wide_table(long)
+        return spreadsheet_safe(long.assign(metric=metric)).to_csv(index=False)
+    table = wide_table(long, metric)
+    wide = table.reset_index()
+    align = ["left"] * table.index.nlevels + ["right"] * len(table.columns)
+    note = f"{header(metric)}: mean ± 95 % CI over seeds (Student t), and the change against the baseline"
     if fmt == "md":
-        return tabulate(wide.reset_index(), headers="keys", tablefmt="github", showindex=False)
-    latex = tabulate(wide.reset_index(), headers="keys", tablefmt="latex_booktabs", showindex=False)
-    return latex.replace("±", "$\\pm$")
+        return tabulate(wide, headers="keys", tablefmt="github", showindex=False, colalign=align,
+                        disable_numparse=True) + f"\n\n{note}"
+    latex = tabulate(wide, headers="keys", tablefmt="latex_booktabs", showindex=False, colalign=align,
+                     disable_numparse=True)
+    return latex.replace("±", "$\\pm$") + f"\n% {note}"
 
 
 def report(out: str | Path, fmt: str = "md", figures: bool = False, baseline: str | None = None,
@@ -102,54 +152,88 @@ def report(out: str | Path, fmt: str = "md", figures: bool = False, baseline: st
     if not records:
         raise ConfigError(f"{out}/cells holds no finished cells of {out}/sweep.toml yet")
     frame = records_frame(records)
-    long = summary_table(frame, metric or sweep.metric, baseline or sweep.baseline)
-    text = render(long, fmt)
+    metric = metric or sweep.metric
+    if len(records) < len(order):
+        print(f"report: {len(order) - len(records)} of {len(order)} cells of {out}/sweep.toml are not finished; the "
+              f"table is of the {len(records)} that are (run `schedlab sweep {out}/sweep.toml --out {out}` for the rest)",
+              file=sys.stderr)
+    long = summary_table(frame, metric, baseline or sweep.baseline)
+    text = render(long, fmt, metric)
     (out / f"table.{fmt}").write_text(text + "\n")
     if figures:
-        write_figures(records, frame, out / "figures")
+        write_figures(records, frame, out / "figures", metric)
     return text
 
 
-def write_figures(records: list[dict], frame: pd.DataFrame, folder: Path) -> list[Path]:
+def write_figures(records: list[dict], frame: pd.DataFrame, folder: Path, metric: str = "mean_jct_s") -> list[Path]:
+    """The figures, each saying what it pools: the headline metric per policy with its 95 % CI,
+    the JCT CDF (one panel per load), mean JCT vs load with CIs (only with several loads),
+    utilization over time of every cell, and the per-round solve time."""
     folder.mkdir(parents=True, exist_ok=True)
     policies = list(dict.fromkeys(frame.policy))
     by_policy = {p: [r for r in records if r["cell"]["policy"]["label"] == p] for p in policies}
+    replicates = f"{_count(frame.trace.nunique(), 'trace')} x {_count(frame.seed.nunique(), 'seed')}"
     paths = []
 
+    u = unit_of(metric)
     fig, ax = plt.subplots(figsize=(4.5, 3.2))
-    for p in policies:
-        jct = np.sort(np.concatenate([r["jct_s"] for r in by_policy[p]]))
-        ax.plot(jct / 3600, np.arange(1, len(jct) + 1) / len(jct), label=p)
-    ax.set(xscale="log", xlabel="job completion time (h)", ylabel="fraction of jobs", title="JCT CDF")
-    ax.legend(fontsize=8)
+    per_policy = frame.groupby("policy", sort=False)[metric]
+    means, cis = per_policy.mean() * u.scale, per_policy.agg(ci95) * u.scale
+    ax.bar(range(len(policies)), means[policies], yerr=cis[policies].fillna(0.0), capsize=3, color="0.6")
+    ax.set_xticks(range(len(policies)), policies, rotation=30, ha="right")
+    ax.set_ylabel(header(metric))
+    ax.set_title(f"{u.label}: mean and 95 % CI\nover the cells ({replicates})", fontsize=9)
+    paths += _save(fig, folder / "headline")
+
+    loads = sorted(frame["load"].unique())
+    fig, axes = plt.subplots(1, len(loads), figsize=(4.5 * len(loads), 3.2), squeeze=False)
+    for ax, load in zip(axes[0], loads):
+        for p in policies:
+            cells = [r for r in by_policy[p] if r["cell"]["load"] == load]
+            jct = np.sort(np.concatenate([r["jct_s"] for r in cells]))
+            ax.plot(jct / 3600, np.arange(1, len(jct) + 1) / len(jct), label=p)
+        ax.set(xscale="log", xlabel="job completion time (h)", ylabel="fraction of jobs")
+        ax.set_title(f"JCT CDF, load {load:g}\n(the jobs of {replicates} pooled)", fontsize=9)
+    axes[0][0].legend(fontsize=8)
     paths += _save(fig, folder / "jct_cdf")
 
-    fig, ax = plt.subplots(figsize=(4.5, 3.2))
-    load = frame.groupby(["policy", "load", "seed"]).mean_jct_s.mean().groupby(["policy", "load"]).mean()
-    for p in policies:
-        ax.plot(load[p].index, load[p].values / 3600, marker="o", label=p)
-    ax.set(xlabel="load (x the trace's arrival rate)", ylabel="mean JCT (h)", title="Mean JCT vs load")
-    ax.legend(fontsize=8)
-    paths += _save(fig, folder / "jct_vs_load")
+    if len(loads) > 1:  # a single load has no curve to draw
+        fig, ax = plt.subplots(figsize=(4.5, 3.2))
+        per_seed = frame.groupby(["policy", "load", "seed"]).mean_jct_s.mean() / 3600
+        stats_by = per_seed.groupby(["policy", "load"]).agg(["mean", ci95])
+        for p in policies:
+            ax.errorbar(stats_by.loc[p].index, stats_by.loc[p]["mean"], yerr=stats_by.loc[p]["ci95"].fillna(0.0),
+                        marker="o", capsize=3, label=p)
+        ax.set(xlabel="load (x the trace's arrival rate)", ylabel="mean JCT (h)")
+        ax.set_title(f"Mean JCT vs load (traces averaged)\n95 % CI over {_count(frame.seed.nunique(), 'seed')}",
+                     fontsize=9)
+        ax.legend(fontsize=8)
+        paths += _save(fig, folder / "jct_vs_load")
 
     fig, ax = plt.subplots(figsize=(4.5, 3.2))
-    for p in policies:  # the first cell of each policy, in config order: the same trace for all
-        r = by_policy[p][0]
-        gpus = r["cell"]["nodes"] * r["cell"]["gpus_per_node"]
-        t = np.asarray(r["rounds"]["time_s"]) / 3600
-        used = pd.Series(r["rounds"]["gpus_used"]).rolling(30, min_periods=1).mean() / gpus
-        ax.plot(t, used, label=p, linewidth=1)
-    ax.set(xlabel="time (h)", ylabel="GPUs in use (fraction, 30-round mean)",
-           title=f"Utilization, {trace_label(by_policy[policies[0]][0]['cell']['trace'])}", ylim=(0, 1.05))
+    colors = {p: f"C{i}" for i, p in enumerate(policies)}
+    for p in policies:
+        for i, r in enumerate(by_policy[p]):
+            gpus = r["cell"]["nodes"] * r["cell"]["gpus_per_node"]
+            t = np.asarray(r["rounds"]["time_s"]) / 3600
+            used = pd.Series(r["rounds"]["gpus_used"]).rolling(30, min_periods=1).mean() / gpus
+            ax.plot(t, used, color=colors[p], alpha=0.5, linewidth=0.8, label=p if i == 0 else None)
+    ax.set(xlabel="time (h)", ylabel="GPUs in use (fraction, 30-round mean)", ylim=(0, 1.05))
+    ax.set_title(f"Utilization, every cell\n({len(records)} cells: {replicates} x the policies)", fontsize=9)
     ax.legend(fontsize=8)
     paths += _save(fig, folder / "utilization")
 
     fig, ax = plt.subplots(figsize=(4.5, 3.2))
     data = [np.maximum(np.concatenate([r["rounds"]["solve_ms"] for r in by_policy[p]]), 1e-3) for p in policies]
     ax.boxplot(data, tick_labels=policies, showfliers=False)
-    ax.set(yscale="log", ylabel="solve time per round (ms)", title="Per-round solve time")
+    ax.set(yscale="log", ylabel="solve time per round (ms)")
+    ax.set_title(f"Per-round solve time\n(the rounds of {replicates} pooled)", fontsize=9)
     paths += _save(fig, folder / "solve_time")
     return paths
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 def _save(fig, stem: Path) -> list[Path]:
