@@ -22,7 +22,6 @@ from schedlab.formulations.base import CustomizedModel, OneRoundModel
 from schedlab.io import parse_round_input, round_input_to_dict
 from schedlab.partition import auto_partitions, solve_partitioned
 from schedlab.solvers.outcome import FAILED, SolveOutcome
-from schedlab.solvers.registry import PyomoSolver
 from schedlab.solvers.registry import solver as get_solver
 from schedlab.state import RoundInput, RoundResult, Status
 from schedlab.verify import verify
@@ -59,9 +58,10 @@ def solve_round(round_input: RoundInput | Mapping[str, Any], *, solver: str | No
     allocation. settings.time_limit_s bounds the whole call, parsing and model building
     included: the solver gets what is left of it (at least MIN_SOLVE_S).
 
-    `customize(model)` changes the round's Pyomo model (build_model's) before a Pyomo solver
-    (appsi_highs, cbc, glpk, ...) solves it: add constraints, variables or objective terms; the
-    answer is still decoded and verified against the round's rules (formulations.base.CustomizedModel).
+    `customize(model)` changes the round's Pyomo model (build_model's) before any solver solves
+    it (the array solvers its compiled arrays): add constraints, variables or objective terms;
+    the answer is still decoded and verified against the round's rules
+    (formulations.base.CustomizedModel).
     """
     started_s = time.perf_counter()
     overrides = {k: v for k, v in {"solver": solver, "time_limit_s": time_limit_s, "mip_gap": mip_gap,
@@ -96,14 +96,8 @@ def build_model(round_input: RoundInput | Mapping[str, Any], *, formulation: str
 
 
 def _check_customizable(ri: RoundInput) -> None:
-    problems = []
-    if not isinstance(get_solver(ri.settings.solver), PyomoSolver):
-        problems.append(f"settings.solver: customize changes the Pyomo model; {ri.settings.solver!r} solves arrays, "
-                        "use a Pyomo solver (appsi_highs, cbc, glpk, ...)")
     if auto_partitions(ri) > 1:
-        problems.append("settings.partitions: a customized round is solved whole; set partitions to 1")
-    if problems:
-        raise InputError(problems)
+        raise InputError(["settings.partitions: a customized round is solved whole; set partitions to 1"])
 
 
 def _solve_validated(ri: RoundInput, started_s: float | None = None,

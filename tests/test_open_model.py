@@ -42,13 +42,15 @@ def test_build_model_names_every_option_by_job_and_shape():
     assert {c.local_name for c in m.component_objects(pyo.Constraint)} == {"one", "level", "slots"}
 
 
-def test_a_customized_round_is_the_round_with_those_options_removed():
-    """The customization's optimum is HiGHS's on the arrays with every option above 8 GPUs fixed
-    to 0: an independent route to the same model."""
+@pytest.mark.parametrize("solver", ["appsi_highs", "cbc", "highs", "cpsat", "portfolio"])
+def test_a_customized_round_is_the_round_with_those_options_removed(solver):
+    """The customization's optimum, by every solver (the array solvers on the changed model's
+    compiled arrays), is HiGHS's on the original arrays with every option above 8 GPUs fixed to
+    0: an independent route to the same model."""
     raw = _example(("imagenet", "bert"))
     base = solve_round(raw, solver="appsi_highs")
     assert max(len(a.gpus) for a in base.allocations) > 8
-    capped = solve_round(raw, solver="appsi_highs", customize=at_most_8_gpus)
+    capped = solve_round(raw, solver=solver, customize=at_most_8_gpus)
     assert capped.status == "optimal" and max(len(a.gpus) for a in capped.allocations) <= 8
     model = goodput_model(parse_round_input(raw))
     arrays = model.arrays()
@@ -85,10 +87,30 @@ def test_the_warm_start_is_offered_only_where_the_change_allows_it():
     assert no_staying.start() is None
 
 
-def test_customize_needs_a_pyomo_solver():
+def test_a_new_variable_reaches_every_solver_and_the_reported_objective():
+    """At most 40 GPUs busy, or pay 0.05 a GPU above: a new variable in a new row and the objective."""
+    def soft_cap(m):
+        m.over = pyo.Var(bounds=(0, 64))  # bounded: CP-SAT takes no unbounded variable
+        m.cap = pyo.Constraint(expr=sum(m.gpus[c] * m.x[c] for c in m.C) <= 40 + m.over)
+        m.obj.expr = m.obj.expr - 0.05 * m.over
+
+    raw = _example()
+    answers = {s: solve_round(raw, solver=s, customize=soft_cap) for s in ("appsi_highs", "highs", "cpsat")}
+    plain = solve_round(raw, solver="highs")
+    used = sum(len(a.gpus) for a in plain.allocations)
+    assert used > 40  # the cap binds
+    for result in answers.values():
+        assert result.status == "optimal"
+        assert result.objective == pytest.approx(answers["appsi_highs"].objective, rel=1e-6)
+        # the plain optimum, charged for its GPUs above 40, is a point of the changed model
+        assert result.objective >= plain.objective - 0.05 * (used - 40) - 1e-6
+        assert result.objective <= plain.objective + 1e-6
+
+
+def test_a_customized_round_is_solved_whole():
     with pytest.raises(InputError) as err:
-        solve_round(_example(), solver="highs", customize=at_most_8_gpus)
-    assert err.value.problems[0].startswith("settings.solver: customize changes the Pyomo model")
+        solve_round(_example(), partitions=2, customize=at_most_8_gpus)
+    assert err.value.problems[0].startswith("settings.partitions: a customized round is solved whole")
 
 
 def test_cli_writes_the_model_with_readable_names(tmp_path):
