@@ -411,57 +411,74 @@ def build(pi: PlacementInput) -> PlacementModel:
 
 
 def build_pyomo(pi: PlacementInput) -> pyo.ConcreteModel:
-    """The same model in Pyomo, term by term as `build` and the module docstring; `columns` lists
-    its variables in `build`'s column order."""
+    """The same model in Pyomo, term by term as `build` and the module docstring, indexed by
+    names: J job ids, K GPU types (named by their GPUs, e.g. "n0/2+n0/3"), N node ids, T tiers
+    1, 2, ... of a job; `columns` lists its variables in `build`'s column order."""
     import pyomo.environ as pyo  # here, not at the top: rounds solved from arrays never load Pyomo
 
     st = model_sets(pi)
     jobs, types, nodes = range(len(pi.jobs)), range(len(st.types)), range(len(st.nodes))
+    J = [job.id for job in pi.jobs]  # names by index
+    K = ["+".join(t) for t in st.types]
+    N = list(st.nodes)
+    jx, kx, nx = ({name: i for i, name in enumerate(names)} for names in (J, K, N))  # index by name
     weight = [job.weight for job in pi.jobs]
     model = pyo.ConcreteModel(name="placement")
-    model.J, model.K, model.N = pyo.Set(initialize=jobs), pyo.Set(initialize=types), pyo.Set(initialize=nodes)
-    model.JT = pyo.Set(dimen=2, initialize=[(j, t) for j in jobs for t in range(1, len(st.tiers[j]))])
-    model.S = pyo.Set(initialize=[j for j in jobs if st.current[j] is not None])
+    model.J, model.K, model.N = (pyo.Set(initialize=names, ordered=True) for names in (J, K, N))
+    model.JT = pyo.Set(dimen=2, initialize=[(J[j], t) for j in jobs for t in range(1, len(st.tiers[j]))], ordered=True)
+    model.S = pyo.Set(initialize=[J[j] for j in jobs if st.current[j] is not None], ordered=True)
 
-    model.x = pyo.Var(model.J, model.K, domain=pyo.NonNegativeIntegers, bounds=lambda _, j, k: (0, st.bound(j, k)))
+    model.x = pyo.Var(model.J, model.K, domain=pyo.NonNegativeIntegers,
+                      bounds=lambda _, j, k: (0, st.bound(jx[j], kx[k])))
     model.y = pyo.Var(model.J, model.N, domain=pyo.Binary)
     model.z = pyo.Var(model.JT, domain=pyo.Binary)
-    model.m = pyo.Var(model.J, domain=pyo.Binary, bounds=lambda _, j: (float(st.spans(j)), 1))
-    model.p = pyo.Var(model.J, domain=pyo.NonNegativeReals, bounds=lambda _, j: (0, 1 / st.tiers[j][0]))
+    model.m = pyo.Var(model.J, domain=pyo.Binary, bounds=lambda _, j: (float(st.spans(jx[j])), 1))
+    model.p = pyo.Var(model.J, domain=pyo.NonNegativeReals, bounds=lambda _, j: (0, 1 / st.tiers[jx[j]][0]))
     model.s = pyo.Var(model.S, domain=pyo.Binary)
-    x, y, z, m, p, s = model.x, model.y, model.z, model.m, model.p, model.s
+    # the variables by index, as `build` and the docstring write them
+    x = {(j, k): model.x[J[j], K[k]] for j in jobs for k in types}
+    y = {(j, n): model.y[J[j], N[n]] for j in jobs for n in nodes}
+    z = {(j, t): model.z[J[j], t] for j in jobs for t in range(1, len(st.tiers[j]))}
+    m, p = [model.m[J[j]] for j in jobs], [model.p[J[j]] for j in jobs]
+    s = {j: model.s[J[j]] for j in jobs if st.current[j] is not None}
 
     def inverse_worst(j: int):
         """1/tau_j0 + sum_t d_jt z_jt: 1 / the worst slowdown of job j's GPUs, telescoped."""
         return 1 / st.tiers[j][0] + sum(float(d) * z[j, t] for t, d in enumerate(st.gain(j), start=1))
 
-    def cap(_, k: int):  # with no jobs there is nothing to bound
-        return sum(x[j, k] for j in jobs) <= int(st.cap[k]) if pi.jobs else pyo.Constraint.Skip
+    def cap(_, k: str):  # with no jobs there is nothing to bound
+        return sum(x[j, kx[k]] for j in jobs) <= int(st.cap[kx[k]]) if pi.jobs else pyo.Constraint.Skip
 
-    model.place = pyo.Constraint(model.J, rule=lambda _, j: sum(x[j, k] for k in types) == int(st.need[j]))
+    model.place = pyo.Constraint(model.J, rule=lambda _, j: sum(x[jx[j], k] for k in types) == int(st.need[jx[j]]))
     model.cap = pyo.Constraint(model.K, rule=cap)
-    model.node = pyo.Constraint(model.J, model.K, rule=lambda _, j, k: x[j, k] <= st.bound(j, k) * y[j, st.node_of[k]])
-    model.tier_index = pyo.Set(dimen=2, initialize=[(j, k) for j in jobs for k in types if st.tier_of[j][k] >= 1])
-    model.tier = pyo.Constraint(model.tier_index,
-                                rule=lambda _, j, k: x[j, k] <= st.bound(j, k) * z[j, int(st.tier_of[j][k])])
-    model.order_index = pyo.Set(dimen=2, initialize=[(j, t) for j, t in model.JT if t >= 2])
-    model.order = pyo.Constraint(model.order_index, rule=lambda _, j, t: z[j, t] <= z[j, t - 1])
-    model.spread = pyo.Constraint(model.J, rule=lambda _, j: sum(y[j, n] for n in nodes) <= 1 + st.spread_max(j) * m[j])
-    model.onenode_index = pyo.Set(dimen=2, initialize=[(j, n) for j in jobs if not st.spans(j) for n in nodes])
+    model.node = pyo.Constraint(model.J, model.K, rule=lambda _, j, k: x[jx[j], kx[k]]
+                                <= st.bound(jx[j], kx[k]) * y[jx[j], st.node_of[kx[k]]])
+    model.tier_index = pyo.Set(dimen=2, initialize=[(J[j], K[k]) for j in jobs for k in types if st.tier_of[j][k] >= 1],
+                               ordered=True)
+    model.tier = pyo.Constraint(model.tier_index, rule=lambda _, j, k: x[jx[j], kx[k]]
+                                <= st.bound(jx[j], kx[k]) * z[jx[j], int(st.tier_of[jx[j]][kx[k]])])
+    model.order_index = pyo.Set(dimen=2, initialize=[(j, t) for j, t in model.JT if t >= 2], ordered=True)
+    model.order = pyo.Constraint(model.order_index, rule=lambda _, j, t: z[jx[j], t] <= z[jx[j], t - 1])
+    model.spread = pyo.Constraint(model.J, rule=lambda _, j: sum(y[jx[j], n] for n in nodes)
+                                  <= 1 + st.spread_max(jx[j]) * m[jx[j]])
+    model.onenode_index = pyo.Set(dimen=2, initialize=[(J[j], N[n]) for j in jobs if not st.spans(j) for n in nodes],
+                                  ordered=True)
     model.onenode = pyo.Constraint(model.onenode_index, rule=lambda _, j, n: sum(
-        x[j, k] for k in st.on_node(n)) >= int(st.need[j]) * (y[j, n] - m[j]))
-    model.lost = pyo.Constraint(model.J, rule=lambda _, j: p[j] >= inverse_worst(j) - (1 - m[j]) / st.tiers[j][0])
+        x[jx[j], k] for k in st.on_node(nx[n])) >= int(st.need[jx[j]]) * (y[jx[j], nx[n]] - m[jx[j]]))
+    model.lost = pyo.Constraint(model.J, rule=lambda _, j: p[jx[j]] >= inverse_worst(jx[j])
+                                - (1 - m[jx[j]]) / st.tiers[jx[j]][0])
     current = {j: cur for j, cur in enumerate(st.current) if cur is not None}  # the jobs of S
-    model.stay_index = pyo.Set(dimen=2, initialize=[(j, k) for j in model.S for k in current[j]])
-    model.stay = pyo.Constraint(model.stay_index, rule=lambda _, j, k: x[j, k] >= current[j][k] * s[j])
+    model.stay_index = pyo.Set(dimen=2, initialize=[(J[j], K[k]) for j in current for k in current[j]], ordered=True)
+    model.stay = pyo.Constraint(model.stay_index, rule=lambda _, j, k: x[jx[j], kx[k]]
+                                >= current[jx[j]][kx[k]] * s[jx[j]])
 
     speed = sum(weight[j] * (inverse_worst(j) - (1 - 1 / pi.across_node) * p[j]) for j in jobs)
-    restart = sum(weight[j] * pi.restart_penalty * (1 - (s[j] if j in model.S else 0))
+    restart = sum(weight[j] * pi.restart_penalty * (1 - (s[j] if j in s else 0))
                   for j in jobs if pi.jobs[j].current_gpus)
     model.obj = pyo.Objective(expr=speed - restart, sense=pyo.maximize)
     model.columns = [v for j in jobs for v in (
         *(x[j, k] for k in types), *(y[j, n] for n in nodes), *(z[j, t] for t in range(1, len(st.tiers[j]))),
-        m[j], p[j], *((s[j],) if j in model.S else ()))]
+        m[j], p[j], *((s[j],) if j in s else ()))]
     return model
 
 
