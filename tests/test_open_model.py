@@ -130,3 +130,24 @@ def test_a_level_with_nothing_to_bound_is_left_out_not_an_error():
     raw["jobs"] = [{k: v for k, v in raw["jobs"][0].items() if k != "current_gpus"} | {"max_gpus": 1}]
     assert "level" in {c.local_name for c in build_model(raw).component_objects(pyo.Constraint)}
     assert solve_round(raw, solver="appsi_highs").status == "optimal"
+
+
+@pytest.mark.parametrize("solver", ["appsi_highs", "highs"])
+def test_one_customization_runs_on_the_joint_model_too(solver):
+    """The joint model names x and its parameters as goodput does: the same function caps it."""
+    raw = json.loads((EXAMPLE.parent / "round-joint-16x4.json").read_text())
+    raw["jobs"] = [j for j in raw["jobs"] if j.get("application") in ("imagenet", "bert")]
+    ids = {j["id"] for j in raw["jobs"]}
+    assert {job for job, _ in build_model(raw).C} == ids
+    base = solve_round(raw, solver=solver)
+    capped = solve_round(raw, solver=solver, customize=at_most_8_gpus)
+    assert max(len(a.gpus) for a in base.allocations) > 8 >= max(len(a.gpus) for a in capped.allocations)
+    assert capped.status == "optimal" and capped.objective < base.objective
+
+
+def test_the_placement_model_is_named_by_jobs_gpu_types_and_nodes():
+    raw = json.loads((EXAMPLE.parent / "round-joint-16x4.json").read_text())
+    raw["settings"] = {"formulation": "placement"}
+    m = build_model(raw)
+    assert list(m.J)[:2] == [raw["jobs"][0]["id"], raw["jobs"][1]["id"]] and list(m.N)[0] == "n0"
+    assert all(k.startswith("n") and "/" in k for k in m.K)

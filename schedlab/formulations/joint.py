@@ -678,15 +678,21 @@ def _column_jobs(opts: JointOptions, st: Structure, num_cols: int) -> np.ndarray
 
 
 def build_pyomo(opts: JointOptions, st: Structure) -> pyo.ConcreteModel:
-    """The same model in Pyomo: x indexed by option labels (job/kind:shape), v by (job, pool), w
-    by (node, level), one Constraint per tag of the docstring over the same rows."""
+    """The same model in Pyomo: x indexed by (job id, option) as goodput's (option_label), with
+    the same parameters over C (gpus, nodes, speedup, utility: a customization written for one
+    model runs on the other), v by (job id, pool), w by (node, level), one Constraint per tag of
+    the docstring over the same rows."""
     import pyomo.environ as pyo  # here, not at the top: rounds solved from arrays never load Pyomo
 
     c, col_hi, integer = _columns(opts, st)
     jobs = opts.round_input.jobs
     m = pyo.ConcreteModel(name="joint")
     labels = [option_label(opts, k) for k in range(opts.num_options)]
-    m.C = pyo.Set(initialize=labels, ordered=True)
+    m.C = pyo.Set(dimen=2, initialize=labels, ordered=True)
+    m.gpus = pyo.Param(m.C, initialize=dict(zip(labels, opts.num_gpus.tolist())))
+    m.nodes = pyo.Param(m.C, initialize=dict(zip(labels, opts.num_nodes.tolist())))
+    m.speedup = pyo.Param(m.C, initialize=dict(zip(labels, opts.penalized_speedup.tolist())))
+    m.utility = pyo.Param(m.C, initialize=dict(zip(labels, opts.utility.tolist())))
     m.V = pyo.Set(dimen=2, initialize=[(jobs[j].id, p) for j, p in st.v_cols], ordered=True)
     m.K2L = pyo.Set(dimen=2, initialize=st.w_cols, ordered=True)
     m.x = pyo.Var(m.C, domain=pyo.Binary)
@@ -716,17 +722,18 @@ def _row(columns: list, A: sp.csr_matrix, i: int, lo: float, hi: float):
     return body == hi if lo == hi else body <= hi
 
 
-def option_label(opts: JointOptions, c: int) -> str:
-    """Readable name of option c: job, kind and shape (e.g. "a/single:g3x2", "b/multi:n2<=1.3")."""
+def option_label(opts: JointOptions, c: int) -> tuple[str, str]:
+    """(job id, option) of option c: "stay", or its kind and shape (e.g. "single:p3:2": 2 GPUs of
+    pool 3, "multi1:n2": 2 whole nodes of multi-node pool 1, "comp:p0:1x2": a composition)."""
     job = opts.round_input.jobs[opts.job[c]].id
     kind = int(opts.kind[c])
     if kind == STAY:
-        return f"{job}/stay"
+        return job, "stay"
     if kind == MULTI:
-        return f"{job}/multi{int(opts.pool[c])}:n{int(opts.num_nodes[c])}"
+        return job, f"multi{int(opts.pool[c])}:n{int(opts.num_nodes[c])}"
     name = "single" if kind == SINGLE else "comp"
     shape = "x".join(map(str, opts.comp(c))) if kind == COMP else str(int(opts.num_gpus[c]))
-    return f"{job}/{name}:p{int(opts.pool[c])}:{shape}"
+    return job, f"{name}:p{int(opts.pool[c])}:{shape}"
 
 
 def decode(opts: JointOptions, st: Structure, values: np.ndarray) -> tuple[JobAllocation, ...]:
