@@ -35,7 +35,7 @@ import numpy as np
 from schedlab.errors import InputError
 from schedlab.solvers.arrays import MilpArrays
 from schedlab.solvers.log import solver_log_on
-from schedlab.solvers.outcome import FAILED, OPTIMAL, TIME_LIMIT, SolveOutcome, StopSignal, best_of
+from schedlab.solvers.outcome import FAILED, OPTIMAL, TIME_LIMIT, SolveOutcome, StopSignal, best_of, start_outcome
 
 _ROWWISE, _MAXIMIZE = 2, -1
 Options = tuple[tuple[str, Any], ...]  # settings.solver_options: (name, value) pairs
@@ -108,14 +108,6 @@ def lp_first_search(model: MilpArrays, time_limit_s: float, mip_gap: float, seed
                             f"LP relaxation: {relaxed.message}")
     found = _around_relaxation(model, relaxed, reduced_cost, left_s, mip_gap, seed, options)
     return replace(found, solve_s=time.perf_counter() - t0)
-
-
-def start_outcome(model: MilpArrays, found: SolveOutcome, solve_s: float) -> SolveOutcome:
-    """Out of time with no point of its own: the model's warm start, unproven, if it has one."""
-    if model.start is None:
-        return replace(found, solve_s=solve_s)
-    return SolveOutcome(TIME_LIMIT, model.start, model.objective(model.start), float("inf"), solve_s,
-                        f"time limit reached ({found.message}): the warm start")
 
 
 def _around_relaxation(model: MilpArrays, relaxed: SolveOutcome, reduced_cost: np.ndarray, left_s,

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from schedlab.solvers.arrays import MilpArrays
 from schedlab.state import Status
 
 OPTIMAL, TIME_LIMIT, FAILED = Status.OPTIMAL, Status.TIME_LIMIT, Status.FAILED
@@ -72,3 +73,11 @@ def best_of(outcomes: tuple[SolveOutcome, ...], mip_gap: float) -> SolveOutcome:
     proven = any(o.status == OPTIMAL for o in found) or gap <= mip_gap
     return replace(best, status=OPTIMAL if proven else TIME_LIMIT, bound=bound,
                    message="; ".join(o.message for o in outcomes))
+
+
+def start_outcome(model: MilpArrays, found: SolveOutcome, solve_s: float) -> SolveOutcome:
+    """Out of time with no point of its own: the model's warm start, unproven, if it has one."""
+    if model.start is None:
+        return replace(found, solve_s=solve_s)
+    return SolveOutcome(TIME_LIMIT, model.start, model.objective(model.start), float("inf"), solve_s,
+                        f"time limit reached ({found.message}): the warm start")

@@ -28,8 +28,8 @@ from dataclasses import replace
 
 from schedlab.solvers.arrays import MilpArrays
 from schedlab.solvers.cpsat import solve_cpsat
-from schedlab.solvers.highs_direct import lp_first_search, solve_highs, start_outcome
-from schedlab.solvers.outcome import OPTIMAL, SolveOutcome, StopSignal, best_of
+from schedlab.solvers.highs_direct import lp_first_search, solve_highs
+from schedlab.solvers.outcome import OPTIMAL, SolveOutcome, StopSignal, best_of, start_outcome
 
 
 def solve_portfolio(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: int = 0,
