@@ -151,3 +151,15 @@ def test_the_placement_model_is_named_by_jobs_gpu_types_and_nodes():
     m = build_model(raw)
     assert list(m.J)[:2] == [raw["jobs"][0]["id"], raw["jobs"][1]["id"]] and list(m.N)[0] == "n0"
     assert all(k.startswith("n") and "/" in k for k in m.K)
+
+
+def test_an_equality_reaches_the_array_solvers_as_both_bounds():
+    def exactly_3_of_4_gpus_or_more(m):
+        m.three = pyo.Constraint(expr=sum(m.x[c] for c in m.C if m.gpus[c] >= 4) == 3)
+
+    raw = _example()
+    plain = solve_round(raw, solver="highs")
+    assert sum(len(a.gpus) >= 4 for a in plain.allocations) != 3  # the row binds
+    for solver in ("appsi_highs", "highs", "cpsat"):
+        result = solve_round(raw, solver=solver, customize=exactly_3_of_4_gpus_or_more)
+        assert result.status == "optimal" and sum(len(a.gpus) >= 4 for a in result.allocations) == 3
