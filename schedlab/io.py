@@ -295,7 +295,9 @@ def _parse_cluster(ck: _Checker, raw: Any) -> Cluster:
         if node_id in seen:
             ck.bad(f"{where}.id", f"duplicate node id {_show(node_id)}; node ids must be unique")
         seen.add(node_id)
-        gpus = ck.number(rn, "gpus", where, default=0, minimum=0, integer=True, required=True)
+        gpus = rn.get("gpus")
+        if type(gpus) is not int or not 0 <= gpus <= MAX_GPUS_PER_NODE:  # the common case is a plain count
+            gpus = ck.number(rn, "gpus", where, default=0, minimum=0, integer=True, required=True)
         if gpus > MAX_GPUS_PER_NODE:
             ck.bad(f"{where}.gpus", f"{gpus} is above the limit of {MAX_GPUS_PER_NODE} GPUs per node; split the node")
             gpus = 0
@@ -678,7 +680,7 @@ def round_input_to_dict(ri: RoundInput) -> dict[str, Any]:
         d["batch"] = _fields(job.batch)
         d |= {"min_gpus": job.min_gpus, "max_gpus": job.max_gpus, "age_s": job.age_s, "num_restarts": job.num_restarts}
         if job.current_gpus:
-            d["current_gpus"] = [_fields(g) for g in job.current_gpus]
+            d["current_gpus"] = [{"node": g.node, "gpu": g.gpu} for g in job.current_gpus]
         if job.fixed_bsz is not None:
             d["fixed_bsz"] = job.fixed_bsz
         for key in ("restart_cost_s", "requested_gpus", "requested_bsz", "remaining_steps"):

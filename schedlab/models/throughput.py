@@ -161,7 +161,7 @@ def fit_throughput_params(
 
     best = min((minimize(loss_and_grad, z0, jac=True, method="L-BFGS-B", bounds=bounds) for z0 in starts),
                key=lambda res: res.fun)
-    params = ThroughputParams(*unpack(best.x))
+    params = ThroughputParams(*(float(v) for v in unpack(best.x)))  # floats, not numpy's: JSON-plain
     if not np.any(n > 1):  # Pollux's prior: the network is no faster than the node's bus
         params = ThroughputParams(
             params.alpha_c, params.beta_c,
