@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from schedlab.errors import DecodeError, InputError, SchedlabError, VerificationError
 from schedlab.formulations import FORMULATIONS
-from schedlab.formulations.base import CustomizedModel, OneRoundModel
+from schedlab.formulations.base import CustomizedModel, OneRoundModel, RoundModel
 from schedlab.io import parse_round_input, round_input_to_dict
 from schedlab.partition import auto_partitions, solve_partitioned
 from schedlab.solvers.outcome import FAILED, SolveOutcome
@@ -69,7 +69,8 @@ def solve_round(round_input: RoundInput | Mapping[str, Any], *, solver: str | No
                                     "solver_options": solver_options}.items() if v is not None}
     ri = _as_round_input(round_input, overrides)
     if customize is not None:
-        _check_customizable(ri)
+        if auto_partitions(ri) > 1:
+            raise InputError(["settings.partitions: a customized round is solved whole; set partitions to 1"])
         return _solve_validated(ri, started_s, customize)
     if (k := auto_partitions(ri)) > 1:
         left_s = ri.settings.time_limit_s - (time.perf_counter() - started_s)
@@ -88,16 +89,15 @@ def build_model(round_input: RoundInput | Mapping[str, Any], *, formulation: str
     variables and constraints under the docstring's names; goodput's x is indexed by (job id,
     option). Validated as solve_round validates."""
     ri = _as_round_input(round_input, {"formulation": formulation} if formulation else {})
-    model = FORMULATIONS[ri.settings.formulation](ri)
+    return _one_model(FORMULATIONS[ri.settings.formulation](ri), ri).pyomo()
+
+
+def _one_model(model: RoundModel, ri: RoundInput) -> OneRoundModel:
+    """The round's model if it is one MILP (what build_model returns and customize changes)."""
     if not hasattr(model, "pyomo"):
         raise InputError([f"settings.formulation: this {ri.settings.formulation} round is solved as a sequence of "
                           "models, not one (a placement on more than 128 GPUs); build a smaller round"])
-    return model.pyomo()
-
-
-def _check_customizable(ri: RoundInput) -> None:
-    if auto_partitions(ri) > 1:
-        raise InputError(["settings.partitions: a customized round is solved whole; set partitions to 1"])
+    return cast(OneRoundModel, model)
 
 
 def _solve_validated(ri: RoundInput, started_s: float | None = None,
@@ -107,9 +107,7 @@ def _solve_validated(ri: RoundInput, started_s: float | None = None,
     started_s = t0 if started_s is None else started_s
     model = FORMULATIONS[s.formulation](ri)
     if customize is not None:
-        if not hasattr(model, "pyomo"):
-            raise InputError(["settings.formulation: this round is solved as a sequence of models; customize needs one"])
-        model = CustomizedModel(cast(OneRoundModel, model), customize)
+        model = CustomizedModel(_one_model(model, ri), customize)
     options_s = time.perf_counter() - t0
     left_s = max(s.time_limit_s - (time.perf_counter() - started_s), MIN_SOLVE_S)
     try:

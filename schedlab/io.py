@@ -611,6 +611,15 @@ def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(**{c: frame[c].map(safe) for c in text}) if len(text) else frame
 
 
+def text_table(frame: pd.DataFrame, fmt: str, right: list[bool]) -> str:
+    """A frame of display-ready cells as a Markdown ("md") or booktabs LaTeX ("latex") table, the
+    columns flagged in `right` right-aligned; cells are printed as written (no number parsing)."""
+    from tabulate import tabulate
+
+    return tabulate(frame, headers="keys", tablefmt={"md": "github", "latex": "latex_booktabs"}[fmt],
+                    showindex=False, disable_numparse=True, colalign=["right" if r else "left" for r in right])
+
+
 def load_json(data: bytes, source: str) -> Any:
     """A round's bytes as JSON: UTF-8, standard JSON only (no NaN or Infinity), numbers of sane
     size, nesting Python can follow; InputError naming the place otherwise."""

@@ -25,7 +25,7 @@ import pandas as pd
 
 from schedlab.api import solve_round
 from schedlab.errors import ConfigError, InputError
-from schedlab.io import json_text, load_json, round_input_to_dict, spreadsheet_safe
+from schedlab.io import json_text, load_json, round_input_to_dict, spreadsheet_safe, text_table
 from schedlab.policies.goodput import GoodputPolicy
 from schedlab.state import JobAllocation, RoundInput, RoundResult
 
@@ -163,14 +163,10 @@ _FORMATS = {"objective": "{:.4f}", "bound": "{:.4f}", "gap": "{:.2e}", "gap_max"
 
 def render(frame: pd.DataFrame, fmt: str) -> str:
     """CSV (full precision), or a Markdown or booktabs LaTeX table with numbers right-aligned."""
-    from tabulate import tabulate
-
     if fmt == "csv":
         return spreadsheet_safe(frame).to_csv(index=False)
     shown = frame.copy()
     for column, spec in _FORMATS.items():
         if column in shown:
             shown[column] = [spec.format(v) if np.isfinite(v) else "-" for v in shown[column]]
-    numeric = [c in _FORMATS or pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns]
-    return tabulate(shown, headers="keys", tablefmt="github" if fmt == "md" else "latex_booktabs", showindex=False,
-                    disable_numparse=True, colalign=["right" if n else "left" for n in numeric])
+    return text_table(shown, fmt, [c in _FORMATS or pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns])

@@ -166,16 +166,13 @@ def compile_arrays(m: pyo.ConcreteModel, base: MilpArrays) -> tuple[MilpArrays, 
     return arrays, layout
 
 
-def _load(m: pyo.ConcreteModel, values: np.ndarray) -> None:
-    for v, value in zip(m.columns, values):
-        v.set_value(float(value), skip_validation=True)
-
-
 def _satisfies(m: pyo.ConcreteModel, point: np.ndarray, tol: float = 1e-9) -> bool:
     """Whether `point` (model.columns, other variables unset) meets every active constraint."""
     import pyomo.environ as pyo
 
-    _load(m, point)
+    from schedlab.solvers.pyomo_backend import set_start
+
+    set_start(m, point)
     for con in m.component_data_objects(pyo.Constraint, active=True):
         body = pyo.value(con.body, exception=False)
         if body is None or con.has_lb() and body < pyo.value(con.lower) - tol \

@@ -19,10 +19,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from scipy import stats
-from tabulate import tabulate
 
 from schedlab.errors import ConfigError
-from schedlab.io import spreadsheet_safe
+from schedlab.io import spreadsheet_safe, text_table
 from schedlab.sweep.config import cell_key, load_sweep
 from schedlab.sweep.run import CellStore, records_frame
 
@@ -123,15 +122,9 @@ def render(long: pd.DataFrame, fmt: str, metric: str) -> str:
     if fmt == "csv":
         return spreadsheet_safe(long.assign(metric=metric)).to_csv(index=False)
     table = wide_table(long, metric)
-    wide = table.reset_index()
-    align = ["left"] * table.index.nlevels + ["right"] * len(table.columns)
+    text = text_table(table.reset_index(), fmt, [False] * table.index.nlevels + [True] * len(table.columns))
     note = f"{header(metric)}: mean ± 95 % CI over seeds (Student t), and the change against the baseline"
-    if fmt == "md":
-        return tabulate(wide, headers="keys", tablefmt="github", showindex=False, colalign=align,
-                        disable_numparse=True) + f"\n\n{note}"
-    latex = tabulate(wide, headers="keys", tablefmt="latex_booktabs", showindex=False, colalign=align,
-                     disable_numparse=True)
-    return latex.replace("±", "$\\pm$") + f"\n% {note}"
+    return f"{text}\n\n{note}" if fmt == "md" else text.replace("±", "$\\pm$") + f"\n% {note}"
 
 
 def report(out: str | Path, fmt: str = "md", figures: bool = False, baseline: str | None = None,
