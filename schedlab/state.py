@@ -309,6 +309,9 @@ class Status(StrEnum):
     PARTITIONED = "partitioned"  # each part solved on its own (schedlab.partition)
     HEURISTIC = "heuristic"  # a policy that does not prove optimality (ones, greedy placements)
 
+    def __repr__(self) -> str:  # printed in dicts and tables as the JSON string it stands for
+        return repr(self.value)
+
 
 @dataclass(frozen=True)
 class RoundResult:
