@@ -48,8 +48,14 @@ def test_cpsat_optimum_is_within_the_gap_of_the_whole_objective():
     assert cp.bound >= exact.objective - 1e-9 * scale
 
 
+@pytest.fixture
+def race_at_once(monkeypatch):
+    """The race from its start, even on small models (no head start for HiGHS alone)."""
+    monkeypatch.setattr(portfolio, "HEAD_START_COLS", 0)
+
+
 @pytest.mark.parametrize("seed", range(3))
-def test_portfolio_reaches_the_optimum_whichever_solver_wins(seed):
+def test_portfolio_reaches_the_optimum_whichever_solver_wins(seed, race_at_once):
     arrays = _few_jobs_many_gpus(seed)
     exact = solve_highs(arrays, 60.0, 0.0, lp_first=False)
     out = portfolio.solve_portfolio(arrays, 60.0, 1e-4, lp_first=False)  # straight to the race
@@ -80,12 +86,30 @@ def test_the_race_starts_highs_from_the_better_of_the_lp_first_point_and_the_mod
     assert portfolio._from_best(arrays, [worse]).start is arrays.start
 
 
-def test_portfolio_keeps_the_highs_point_when_cpsat_finds_nothing(monkeypatch):
+def test_portfolio_keeps_the_highs_point_when_cpsat_finds_nothing(monkeypatch, race_at_once):
     arrays = _few_jobs_many_gpus(0)
     monkeypatch.setattr(portfolio, "solve_cpsat", lambda *a, **k: SolveOutcome("failed", None, math.nan, math.nan, 0.0))
     out = portfolio.solve_portfolio(arrays, 0.05, 1e-4, lp_first=False)
     assert out.values is not None and out.status in ("optimal", "time_limit")
     assert arrays.max_violation(out.values) <= 1e-9
+
+
+def test_a_small_model_proven_by_highs_alone_starts_no_race(monkeypatch):
+    arrays = _few_jobs_many_gpus(0)
+    assert arrays.num_cols < portfolio.HEAD_START_COLS
+    monkeypatch.setattr(portfolio, "solve_cpsat", lambda *a, **k: pytest.fail("CP-SAT started"))
+    out = portfolio.solve_portfolio(arrays, 60.0, 1e-4, lp_first=False)
+    exact = solve_highs(arrays, 60.0, 0.0, lp_first=False)
+    assert out.status == "optimal" and out.message == "highs MIP alone: Optimal"
+    assert out.objective >= exact.objective - 1e-4 * abs(exact.objective)
+
+
+def test_a_small_model_unproven_in_the_head_start_goes_to_the_race(monkeypatch):
+    arrays = _few_jobs_many_gpus(1)
+    monkeypatch.setattr(portfolio, "HEAD_START_S", 1e-9)
+    out = portfolio.solve_portfolio(arrays, 60.0, 1e-4, lp_first=False)
+    assert "highs MIP alone: " in out.message and "cpsat: " in out.message
+    assert out.status == "optimal"
 
 
 def test_cpsat_takes_any_seed_the_schema_allows():

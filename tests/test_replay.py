@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedlab.errors import ConfigError
+from schedlab.models.efficiency import best_batch
 from schedlab.policies import POLICIES, make_policy
 from schedlab.replay.engine import ReplayConfig, replay
 from schedlab.replay.jobs import JobAgent, JobState, TraceJob, advance, isolated_time_s, reallocate
@@ -124,6 +125,23 @@ def test_progress_never_decreases(moves):
         assert after.attained_gpu_s >= state.attained_gpu_s
         assert after.attained_gpu_s - state.attained_gpu_s <= gpus * seconds + 1e-6
         state, now = after, now + seconds
+
+
+@settings(max_examples=30, deadline=None)
+@given(nodes=st.integers(1, 4), per_node=st.integers(1, 4), epoch=st.integers(0, 60), bsz_scale=st.floats(1.0, 8.0))
+def test_a_replayed_jobs_batch_is_the_best_batch_of_its_own_model(nodes, per_node, epoch, bsz_scale):
+    """The replay values a shape's batch grid once per fitted model (the throughput part) and
+    each epoch's gradient statistics against it: the same choice as models.efficiency.best_batch."""
+    truth = application_truth("imagenet")
+    agent = JobAgent(truth, adaptive=True)
+    for n, r, m in ((1, 1, 32), (1, 2, 64), (2, 8, 128), (1, 4, 100)):
+        agent.observe(n, r, m, *truth.step_sync_s((r // n,) * n, m))
+    params = agent.params
+    grad = truth.grad_stats(truth.init_bsz * bsz_scale, epoch)
+    r = nodes * per_node
+    expected = best_batch(params, grad, truth.limits, nodes, r)
+    split = agent.choose_split(nodes, r, grad, None)
+    assert (split.local_bsz, split.accum_steps) == (int(expected.local_bsz[0]), int(expected.accum_steps[0]))
 
 
 def test_a_job_finishing_mid_round_gets_its_exact_completion_time():

@@ -25,13 +25,13 @@ BATCH_GRID_POINTS = 50
 _EPS = 1e-8  # tolerance of Pollux's floor/ceil on batch sizes
 
 
-def gain(grad: GradStats, init_bsz: float, total_bsz):
+def gain(grad: GradStats, init_bsz: float | np.ndarray, total_bsz):
     scale = np.asarray(total_bsz, dtype=float) / init_bsz
     denom = grad.var / scale + grad.sqr
     return np.where(denom > 0, (grad.var + grad.sqr) / np.where(denom > 0, denom, 1.0), 1.0)
 
 
-def efficiency(grad: GradStats, init_bsz: float, total_bsz):
+def efficiency(grad: GradStats, init_bsz: float | np.ndarray, total_bsz):
     return gain(grad, init_bsz, total_bsz) / (np.asarray(total_bsz, dtype=float) / init_bsz)
 
 
@@ -106,16 +106,39 @@ def best_batch(params: ThroughputParams, grad: GradStats, limits: BatchLimits, n
 
 def _best_batch_block(params: ThroughputParams, grad: GradStats, limits: BatchLimits, n: np.ndarray, r: np.ndarray,
                       fixed: np.ndarray) -> BatchChoice:
+    grid = batch_grid(limits, r, fixed)
+    return best_on_grid(grid, throughput(params, n, r, grid.micro, grid.accum), grad, limits.init_bsz, r)
+
+
+@dataclass(frozen=True)
+class BatchGrid:
+    """Each shape's candidate batches, (BATCH_GRID_POINTS, shapes) arrays: micro-batch,
+    accumulation steps, and whether the job can run it. Throughput on the grid depends on the
+    job's model and the grid's gradient efficiency on its gradient statistics, so a caller that
+    meets the same model with new statistics (a replayed job, every epoch) values the grid once."""
+
+    micro: np.ndarray
+    accum: np.ndarray
+    valid: np.ndarray
+
+
+def batch_grid(limits: BatchLimits, r: np.ndarray, fixed: np.ndarray) -> BatchGrid:
+    """The geometric grid of total batches of each shape (`r` replicas), split per GPU."""
     init_bsz, max_bsz = np.asarray(limits.init_bsz, float), np.asarray(limits.max_bsz, float)
     lo = np.maximum(init_bsz, limits.min_local_bsz * r).astype(float)
     hi = np.maximum(lo, max_bsz)
     lo, hi = np.where(fixed > 0, fixed, lo), np.where(fixed > 0, fixed, hi)
     total = np.geomspace(lo, hi, BATCH_GRID_POINTS)  # shape (points, shapes)
     micro, accum = split_local_batch(total / r, r, init_bsz, limits.max_local_bsz)
-    good = goodput(params, grad, init_bsz, n, r, micro, accum)
     valid = (micro >= limits.min_local_bsz) & (micro <= limits.max_local_bsz)
     valid &= r * micro * (accum + 1) <= np.maximum(max_bsz, fixed) * (1 + _EPS)
-    good = np.where(valid, good, 0.0)
+    return BatchGrid(micro, accum, valid)
+
+
+def best_on_grid(grid: BatchGrid, grid_throughput: np.ndarray, grad: GradStats, init_bsz, r: np.ndarray) -> BatchChoice:
+    """The best goodput of each shape over its grid, from the throughput of every grid point."""
+    total = np.asarray(r) * np.asarray(grid.micro) * (np.asarray(grid.accum) + 1)
+    good = np.where(grid.valid, grid_throughput * efficiency(grad, np.asarray(init_bsz, float), total), 0.0)
     best = np.argmax(good, axis=0)
     cols = np.arange(len(r))
-    return BatchChoice(good[best, cols], micro[best, cols], accum[best, cols])
+    return BatchChoice(good[best, cols], grid.micro[best, cols], grid.accum[best, cols])

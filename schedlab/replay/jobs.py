@@ -22,9 +22,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from schedlab.models.efficiency import best_batch, gain
+from schedlab.models.efficiency import BatchGrid, batch_grid, best_on_grid, gain
 from schedlab.models.freezing import frozen_fraction, frozen_step_sync_s, penalty
-from schedlab.models.throughput import fit_throughput_params
+from schedlab.models.throughput import fit_throughput_params, throughput
 from schedlab.replay.truth import ApplicationTruth, BatchSplit
 from schedlab.state import BatchLimits, FreezePenalty, GpuRef, GradStats, LayerGroup, ThroughputParams
 
@@ -148,8 +148,19 @@ def _fit(points: tuple[tuple[float, ...], ...], start: ThroughputParams | None) 
 @lru_cache(maxsize=1 << 16)
 def _best_split(params: ThroughputParams, grad: GradStats, limits: BatchLimits, num_nodes: int,
                 num_replicas: int) -> BatchSplit:
-    choice = best_batch(params, grad, limits, num_nodes, num_replicas)
+    """models.efficiency.best_batch of one shape, its grid's throughput computed once per model:
+    a job's gradient statistics change every epoch, its model only when it is refitted."""
+    grid, grid_throughput = _grid_throughput(params, limits, num_nodes, num_replicas)
+    choice = best_on_grid(grid, grid_throughput, grad, limits.init_bsz, np.array([num_replicas]))
     return BatchSplit(int(choice.local_bsz[0]), int(choice.accum_steps[0]))
+
+
+@lru_cache(maxsize=1 << 12)
+def _grid_throughput(params: ThroughputParams, limits: BatchLimits, num_nodes: int,
+                     num_replicas: int) -> tuple[BatchGrid, np.ndarray]:
+    n, r = np.array([num_nodes]), np.array([num_replicas])
+    grid = batch_grid(limits, r, np.zeros(1))
+    return grid, throughput(params, n, r, grid.micro, grid.accum)
 
 
 StepScale = Callable[[tuple[GpuRef, ...]], tuple[float, float, float] | None]
