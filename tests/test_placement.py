@@ -76,6 +76,16 @@ def test_worst_slowdown_linearization_equals_a_direct_max(seed):
     assert solve_placement(pi, "cpsat").objective == pytest.approx(result.objective, abs=1e-6)  # the twin
 
 
+def test_cpsat_keeps_a_spread_job_on_its_fastest_gpus():
+    """p = 1/tau_0 exactly (a job spread over nodes, on its fastest tier): 1e6/1.3 rounds up, and
+    CP-SAT's scaled model, rounded inward, had no point at all."""
+    gpus = tuple(PlacementGpu(f"g{n}{k}", f"n{n}", {"classA": 1.3}) for n in range(2) for k in range(2))
+    pi = PlacementInput(gpus, (PlacementJob("j", 4, "classA"),))
+    out = solve_placement(pi, "cpsat")
+    assert out.status == "optimal"
+    assert out.objective == pytest.approx(1 / (1.3 * 1.7), abs=1e-9)
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_exact_placement_is_never_worse_than_pal_greedy(seed):
     pi = tiny(seed, nodes=4, per_node=4, restart_penalty=0.1)

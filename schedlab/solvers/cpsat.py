@@ -1,8 +1,13 @@
 """The same MilpArrays solved by OR-Tools CP-SAT.
 
-CP-SAT needs integers: rows with fractional coefficients (only the max-min rows) and the
-objective are scaled by `scale` and rounded; continuous columns (max-min's t) become integers
-in those scaled units. The reported objective is recomputed from the unscaled model.
+CP-SAT needs integers: rows with fractional coefficients (the max-min rows, placement's
+(lost)) and the objective are scaled by `scale` and rounded; continuous columns (max-min's t,
+placement's p) become integers in those scaled units. Rounding is outward, so every point of
+the model stays a point of the scaled one: continuous bounds are floored and ceiled away from
+the box, and a scaled row is widened by the most its rounded coefficients can move it over the
+columns' bounds. (Bounds rounded inward and coefficients to nearest had made a spread job on
+its fastest GPUs infeasible, p = 1/tau_0 exactly, whenever 1e6/tau_0 rounded up: CP-SAT
+"proved" placements 0.1 % short.) The reported objective is recomputed from the unscaled model.
 The objective keeps its constant (offset): CP-SAT's relative gap is taken of the objective it
 sees, and a p-mean round's sum of x-coefficients is often ~1000x its whole objective (the
 offset is sum_j U0_j), so without it "optimal at 1e-4" was up to 2e-2 short.
@@ -39,19 +44,23 @@ def solve_cpsat(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: in
 
     cp = cp_model.CpModel()
     col_scale = np.where(model.integer, 1.0, scale)
-    lo = np.ceil(model.col_lo * col_scale).astype(int)
-    hi = np.floor(np.minimum(model.col_hi, 1e12) * col_scale).astype(int)
+    col_lo, col_hi = np.maximum(model.col_lo, -1e12) * col_scale, np.minimum(model.col_hi, 1e12) * col_scale
+    lo = np.where(model.integer, np.ceil(col_lo), np.floor(col_lo)).astype(int)
+    hi = np.where(model.integer, np.floor(col_hi), np.ceil(col_hi)).astype(int)
+    magnitude = np.maximum(np.abs(lo), np.abs(hi))
     v = [cp.new_int_var(int(lo[i]), int(hi[i]), f"v{i}") for i in range(model.num_cols)]
     A = model.A.tocsr()
     for r in range(model.num_rows):
         idx, coef = A.indices[A.indptr[r]:A.indptr[r + 1]], A.data[A.indptr[r]:A.indptr[r + 1]]
         coef = coef / col_scale[idx]  # coefficients per scaled column unit
         row_scale = 1.0 if _is_integral(coef) else scale
-        expr = sum(int(round(a * row_scale)) * v[i] for i, a in zip(idx, coef))
+        rounded = np.round(coef * row_scale)
+        slack = 0 if row_scale == 1.0 else int(math.ceil(np.abs(rounded - coef * row_scale) @ magnitude[idx]))
+        expr = sum(int(a) * v[i] for i, a in zip(idx, rounded))
         if np.isfinite(model.row_hi[r]):
-            cp.add(expr <= int(math.floor(model.row_hi[r] * row_scale + 1e-9)))
+            cp.add(expr <= int(math.floor(model.row_hi[r] * row_scale + 1e-9)) + slack)
         if np.isfinite(model.row_lo[r]):
-            cp.add(expr >= int(math.ceil(model.row_lo[r] * row_scale - 1e-9)))
+            cp.add(expr >= int(math.ceil(model.row_lo[r] * row_scale - 1e-9)) - slack)
     # 1e9 / max|c| keeps ~1e-9 relative precision on every objective coefficient in int64.
     obj_scale = 1e3 * scale / max(np.abs(model.c).max(initial=0.0), 1e-12)
     offset = int(round(model.offset * obj_scale))
