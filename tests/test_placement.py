@@ -22,6 +22,7 @@ from schedlab.formulations.placement import (
     build_pyomo,
     gpu_key,
     job_speed,
+    model_sets,
     pal_greedy,
     placement_model,
     placement_objective,
@@ -84,6 +85,28 @@ def test_cpsat_keeps_a_spread_job_on_its_fastest_gpus():
     out = solve_placement(pi, "cpsat")
     assert out.status == "optimal"
     assert out.objective == pytest.approx(1 / (1.3 * 1.7), abs=1e-9)
+
+
+def twin_rich(seed: int) -> PlacementInput:
+    """Waiting jobs of two classes and weight 1 on 2 nodes of 3 GPUs, few of them fast: the model
+    has (twins) and (scarce) rows."""
+    rng = np.random.default_rng(seed)
+    gpus = tuple(PlacementGpu(f"g{n}{k}", f"n{n}", {c: float(rng.choice([1.0, 1.3, 1.3])) for c in CLASSES})
+                 for n in range(2) for k in range(3))
+    jobs: list[PlacementJob] = []
+    while (size := int(rng.integers(1, 3))) + sum(j.num_gpus for j in jobs) <= len(gpus):
+        jobs.append(PlacementJob(f"j{len(jobs)}", size, CLASSES[rng.integers(2)]))
+    return PlacementInput(gpus, tuple(jobs), across_node=1.7)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_valid_inequalities_keep_the_optimum(seed):
+    pi = twin_rich(seed)
+    st = model_sets(pi)
+    assert st.twins(pi) or st.scarce_tiers()
+    result = solve_placement(pi, mip_gap=0.0)
+    assert result.status == "optimal"
+    assert result.objective == pytest.approx(brute_force(pi), abs=1e-9)
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -200,7 +223,7 @@ def test_pyomo_twin_has_the_arrays_points_and_objective(seed):
     pi = tiny(seed, nodes=3, per_node=2, restart_penalty=0.3)
     model = build(pi)
     pm = build_pyomo(pi)
-    assert len(pm.columns) == model.arrays.num_cols
+    assert len(pm.columns) == model.arrays.num_cols and pm.nconstraints() == model.arrays.num_rows
     by_arrays = solve_highs(model.arrays, 30.0, 0.0)
     by_pyomo = solve_appsi_highs(pm, 30.0, 0.0)
     assert by_pyomo.objective == pytest.approx(by_arrays.objective, abs=1e-6)

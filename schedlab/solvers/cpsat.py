@@ -74,6 +74,11 @@ def solve_cpsat(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: in
     solver.parameters.relative_gap_limit = float(mip_gap)
     solver.parameters.num_workers = int(workers)
     solver.parameters.random_seed = int(seed) % 2**31  # an int32 there; the schema allows any int
+    # CP-SAT's LP relaxation with every linear row and its cuts (default: 1, fewer): our models
+    # are MILPs whose proofs are LP bounds. Random 256-GPU / 128-job goodput rounds, one worker:
+    # 3 of 6 unproven in 10 s -> all proven in <= 0.6 s; full 64-GPU placement rounds: 2 of 5
+    # unproven in 6 s -> all proven in <= 1.4 s.
+    solver.parameters.linearization_level = 2
     for name, value in solver_options:
         try:
             setattr(solver.parameters, name, value)
