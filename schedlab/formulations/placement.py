@@ -358,14 +358,17 @@ class ModelSets:
             out.setdefault(int(self.need[j]), []).append(j)
         return {g: same for g, same in out.items() if len(same) > fast // g}
 
-    def twins(self, pi: PlacementInput) -> list[tuple[int, int]]:
-        """Consecutive pairs (a, b) of interchangeable jobs with tiers to order: waiting, of one
-        size, class and weight."""
+    def twin_groups(self, pi: PlacementInput) -> tuple[tuple[int, ...], ...]:
+        """Interchangeable jobs with tiers to order: waiting, of one size, class and weight."""
         same: dict[tuple[int, str, float], list[int]] = {}
         for j, job in enumerate(pi.jobs):
             if not job.current_gpus and len(self.tiers[j]) > 1:
                 same.setdefault((job.num_gpus, job.app_class, job.weight), []).append(j)
-        return [(a, b) for group in same.values() for a, b in zip(group, group[1:])]
+        return tuple(tuple(group) for group in same.values() if len(group) > 1)
+
+    def twins(self, pi: PlacementInput) -> list[tuple[int, int]]:
+        """The consecutive pairs (a, b) of each group of twins, as (twins) orders them."""
+        return [(a, b) for group in self.twin_groups(pi) for a, b in zip(group, group[1:])]
 
     def on_node(self, n: int) -> np.ndarray:
         """The types on node n."""
@@ -417,6 +420,7 @@ class PlacementModel:
     types: tuple[tuple[str, ...], ...]  # GPU ids per type
     nodes: tuple[str, ...]
     jobs: tuple[JobColumns, ...]
+    twin_groups: tuple[tuple[int, ...], ...] = ()  # ModelSets.twin_groups: (twins) orders them
 
     @property
     def x_cols(self) -> dict[tuple[int, int], int]:
@@ -485,7 +489,7 @@ def build(pi: PlacementInput) -> PlacementModel:
     A = sp.csr_matrix((data, indices, indptr), shape=(len(rows), len(cols)))
     arrays = MilpArrays(c.astype(float), offset, A, np.array([r[1] for r in rows], float),
                         np.array([r[2] for r in rows], float), lo.astype(float), hi.astype(float), integer.astype(bool))
-    return PlacementModel(arrays, st.types, st.nodes, tuple(job_cols))
+    return PlacementModel(arrays, st.types, st.nodes, tuple(job_cols), st.twin_groups(pi))
 
 
 def build_pyomo(pi: PlacementInput) -> pyo.ConcreteModel:
@@ -586,7 +590,10 @@ def build_pyomo(pi: PlacementInput) -> pyo.ConcreteModel:
 
 
 def point(pi: PlacementInput, model: PlacementModel, placement: Mapping[str, tuple[str, ...]]) -> np.ndarray:
-    """The model's column values for a concrete placement (a warm start, e.g. PAL's greedy)."""
+    """The model's column values for a concrete placement (a warm start, e.g. PAL's greedy), its
+    twins' GPUs exchanged as (twins) orders them: the same placement up to the twins' names, and
+    a point of the model (a start that breaks a row is dropped by the solver)."""
+    placement = twins_ordered(pi, model, placement)
     v = np.zeros(model.arrays.num_cols)
     type_of = _type_of(model.types)
     for job, cols in zip(pi.jobs, model.jobs):
@@ -604,6 +611,21 @@ def point(pi: PlacementInput, model: PlacementModel, placement: Mapping[str, tup
         if cols.s >= 0:
             v[cols.s] = float(not moved(job, gpu_ids))
     return v
+
+
+def twins_ordered(pi: PlacementInput, model: PlacementModel,
+                  placement: Mapping[str, tuple[str, ...]]) -> Mapping[str, tuple[str, ...]]:
+    """The placement with each group of twins holding its GPU sets in decreasing worst slowdown."""
+    if not model.twin_groups:
+        return placement
+    out = dict(placement)
+    for group in model.twin_groups:
+        jobs = [pi.jobs[j] for j in group]
+        worst = [max(round(pi.gpu_index[g].slowdown[job.app_class], 9) for g in placement[job.id]) for job in jobs]
+        order = sorted(range(len(jobs)), key=lambda i: -worst[i])
+        for job, i in zip(jobs, order):
+            out[job.id] = placement[jobs[i].id]
+    return out
 
 
 def _type_of(types) -> dict[str, int]:
