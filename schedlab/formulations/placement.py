@@ -74,8 +74,8 @@ warm start; policies.placement runs it as the `pal` policy); this is the exact m
 trade-off. The valid inequalities are ours: on full random 64-GPU rounds
 (experiments/placement_scale.py) they take the LP bound from 0.3-0.9 % to 0.03-0.2 % above the
 optimum, and, with CP-SAT's full linearization (solvers.cpsat), the portfolio proves all of ten
-rounds in 2 s, where it had proved 4 of 5. Locality is counted per node (PAL's simulator has one across-node factor); moving a
-job costs rho_j of its weight, PAL's "same GPUs, no restart". Solved by HiGHS
+rounds in 2 s, where it had proved 4 of 5. Locality is counted per node (PAL's simulator has one
+across-node factor); moving a job costs rho_j of its weight, PAL's "same GPUs, no restart". Solved by HiGHS
 (solvers.highs_direct) or, from the same arrays, by CP-SAT (solvers.cpsat).
 """
 
