@@ -101,6 +101,7 @@ from schedlab.formulations.options import (
 )
 from schedlab.formulations.packing import NodeState
 from schedlab.models.efficiency import BatchChoice, best_batch
+from schedlab.models.freezing import scaled_params
 from schedlab.solvers.arrays import MilpArrays
 from schedlab.state import BatchLimits, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, ThroughputParams, Topology
 from schedlab.topology import cluster_graph, spread_gbps
@@ -368,8 +369,7 @@ def _value(jobs: tuple[JobSpec, ...], job: np.ndarray, gpu_type: np.ndarray, nod
                 table[j, t] = field_values(spec.throughput[name])
     params = table[uj, ut]
     if frozen is not None:
-        params[:, :2] *= frozen[0][first, None]
-        params[:, 2:6] *= frozen[1][first, None]
+        params = np.array(field_values(scaled_params(ThroughputParams(*params.T), frozen[0][first], frozen[1][first]))).T
     params *= np.column_stack([utau, utau, usync, usync, np.ones((len(uj), 3))])
     params[:, :6] *= uspread[:, None]
     grad = np.array([field_values(s.grad_stats) for s in jobs]).reshape(-1, 2)[uj]

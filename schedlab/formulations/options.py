@@ -37,6 +37,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from schedlab.models.efficiency import best_batch
+from schedlab.models.freezing import scaled_params
 from schedlab.state import BatchLimits, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, Settings, ThroughputParams
 
 
@@ -280,21 +281,18 @@ def _value_rows(rows: _Rows, jobs: tuple[JobSpec, ...], fixed_bsz: np.ndarray | 
                 scale: tuple[np.ndarray, np.ndarray] | None = None):
     """Best batch of every row in one call (or the given total batch per row); per-(job, GPU
     type) parameters gathered by index, and with `scale` = (compute, sync) per row, the compute
-    parameters scaled by compute and the four sync ones by sync (models.freezing.scaled_params)."""
+    parameters scaled by compute and the four sync ones by sync (scaled_params)."""
     T = max(len(rows.types), 1)
     keys, idx = np.unique(rows.job * T + rows.gpu_type, return_inverse=True)
     table = np.array([field_values(jobs[k // T].throughput[rows.types[k % T]]) for k in keys.tolist()])
-    table = table.reshape(len(keys), len(dataclasses.fields(ThroughputParams)))[idx.ravel()]
+    params = ThroughputParams(*table.reshape(len(keys), len(dataclasses.fields(ThroughputParams)))[idx.ravel()].T)
     if scale is not None:
-        compute, sync = scale
-        table[:, :2] *= compute[:, None]
-        table[:, 2:6] *= sync[:, None]
+        params = scaled_params(params, *scale)
     j = rows.job
     job_grad = np.array([field_values(job.grad_stats) for job in jobs]).reshape(len(jobs), 2)[j]
     job_batch = np.array([field_values(job.batch) for job in jobs]).reshape(len(jobs), -1)[j]
     fixed = np.array([job.fixed_bsz or 0 for job in jobs])[j] if fixed_bsz is None else fixed_bsz
-    return best_batch(ThroughputParams(*table.T), GradStats(*job_grad.T), BatchLimits(*job_batch.T),
-                      rows.nodes, rows.gpus, fixed)
+    return best_batch(params, GradStats(*job_grad.T), BatchLimits(*job_batch.T), rows.nodes, rows.gpus, fixed)
 
 
 def field_values(obj) -> tuple[float, ...]:

@@ -473,7 +473,8 @@ def build(pi: PlacementInput) -> PlacementModel:
         job_cols.append(JobColumns(tuple(x), tuple(y), tuple(z), m, p, s, tuple(st.tiers[j])))
     for k in types:  # (cap)
         rows.append(({cols_j.x[k]: 1.0 for cols_j in job_cols}, -np.inf, float(st.cap[k])))
-    for a, b in st.twins(pi):  # (twins)
+    twin_groups = st.twin_groups(pi)
+    for a, b in (pair for group in twin_groups for pair in zip(group, group[1:])):  # (twins)
         rows.append(({**{c: 1.0 for c in job_cols[a].z}, **{c: -1.0 for c in job_cols[b].z}}, 0.0, np.inf))
     for (members, t), fast in st.scarce_tiers().items():  # (scarce)
         need = {j: float(st.need[j]) for j in members}
@@ -489,7 +490,7 @@ def build(pi: PlacementInput) -> PlacementModel:
     A = sp.csr_matrix((data, indices, indptr), shape=(len(rows), len(cols)))
     arrays = MilpArrays(c.astype(float), offset, A, np.array([r[1] for r in rows], float),
                         np.array([r[2] for r in rows], float), lo.astype(float), hi.astype(float), integer.astype(bool))
-    return PlacementModel(arrays, st.types, st.nodes, tuple(job_cols), st.twin_groups(pi))
+    return PlacementModel(arrays, st.types, st.nodes, tuple(job_cols), twin_groups)
 
 
 def build_pyomo(pi: PlacementInput) -> pyo.ConcreteModel:

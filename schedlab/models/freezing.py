@@ -49,6 +49,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import numpy as np
 
@@ -216,8 +217,10 @@ def frozen_fraction(groups: tuple[LayerGroup, ...], frozen: int) -> float:
     return float(level_scales(groups)[2][frozen])
 
 
-def scaled_params(params: ThroughputParams, compute: float, sync: float) -> ThroughputParams:
-    """Compute parameters scaled by `compute` (c_k), the four sync parameters by `sync` (s_k)."""
+def scaled_params(params: ThroughputParams, compute: Any, sync: Any) -> ThroughputParams:
+    """Compute parameters scaled by `compute` (c_k), the four sync parameters by `sync` (s_k):
+    floats, or arrays aligned with array-valued parameters (the vectorized valuations of
+    formulations.options and .joint, one row per option, as best_batch takes them)."""
     p = params
     return ThroughputParams(p.alpha_c * compute, p.beta_c * compute, p.alpha_n * sync, p.beta_n * sync,
                             p.alpha_r * sync, p.beta_r * sync, p.gamma)
