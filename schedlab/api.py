@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from schedlab.errors import DecodeError, InputError, SchedlabError, VerificationError
 from schedlab.formulations import FORMULATIONS
-from schedlab.formulations.base import CustomizedModel, OneRoundModel, RoundModel
+from schedlab.formulations.base import CustomizedModel
 from schedlab.io import parse_round_input, round_input_to_dict
+from schedlab.milp import FAILED, OneRoundModel, RoundModel, SolveOutcome
 from schedlab.partition import auto_partitions, solve_partitioned
-from schedlab.solvers.outcome import FAILED, SolveOutcome
 from schedlab.solvers.registry import solver as get_solver
 from schedlab.state import RoundInput, RoundResult, Status
 from schedlab.verify import verify

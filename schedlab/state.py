@@ -274,6 +274,12 @@ class RoundInput:
     settings: Settings = field(default_factory=Settings)
     round_s: float = 60.0
 
+    @cached_property
+    def fair_share_gpus(self) -> int:
+        """A job's fair share of the cluster, ceil(total GPUs / jobs): the GPU count each job's
+        speedup is measured against (Pollux, Sia)."""
+        return math.ceil(self.cluster.total_gpus / max(len(self.jobs), 1))
+
 
 @dataclass(frozen=True)
 class JobAllocation:

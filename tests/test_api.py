@@ -16,7 +16,7 @@ import pytest
 import schedlab
 from schedlab import InputError, parse_round_input, round_input_to_dict, round_result_to_dict, solve_round
 from schedlab.bench import random_round
-from schedlab.solvers.outcome import FAILED, SolveOutcome
+from schedlab.milp import FAILED, SolveOutcome
 from schedlab.solvers.registry import SOLVERS
 from schedlab.state import Settings
 

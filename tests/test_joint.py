@@ -184,7 +184,7 @@ def test_joint_folds_freeze_levels_in_as_the_goodput_round_does():
 
 
 def test_a_failed_solver_still_gets_a_verified_greedy_answer(monkeypatch):
-    from schedlab.solvers.outcome import FAILED, SolveOutcome
+    from schedlab.milp import FAILED, SolveOutcome
     from schedlab.solvers.registry import SOLVERS
 
     failed = SolveOutcome(FAILED, None, math.nan, math.nan, 0.1, "x")

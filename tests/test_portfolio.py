@@ -12,11 +12,10 @@ import scipy.sparse as sp
 from schedlab.bench import random_round
 from schedlab.formulations.goodput import build_arrays
 from schedlab.formulations.options import enumerate_options
+from schedlab.milp import MilpArrays, SolveOutcome
 from schedlab.solvers import portfolio
-from schedlab.solvers.arrays import MilpArrays
 from schedlab.solvers.cpsat import solve_cpsat
 from schedlab.solvers.highs_direct import solve_highs
-from schedlab.solvers.outcome import SolveOutcome
 from schedlab.state import Settings
 
 DATA = Path(__file__).parent / "data"

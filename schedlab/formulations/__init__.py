@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from schedlab.formulations.base import RoundModel
 from schedlab.formulations.goodput import goodput_model
 from schedlab.formulations.joint import joint_model
 from schedlab.formulations.placement import placement_model
+from schedlab.milp import RoundModel
 from schedlab.state import RoundInput
 
 FORMULATIONS: dict[str, Callable[[RoundInput], RoundModel]] = {

@@ -15,64 +15,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
 
 from schedlab.errors import InputError
-from schedlab.solvers.arrays import MilpArrays
-from schedlab.solvers.outcome import SolveOutcome
-from schedlab.state import JobAllocation, RoundInput, Settings
+from schedlab.milp import MilpArrays, OneModel, OneRoundModel, set_start
+from schedlab.state import JobAllocation, RoundInput
 
 if TYPE_CHECKING:
     import pyomo.environ as pyo
-
-
-class MilpModel(Protocol):
-    """What a solver of the registry solves."""
-
-    def arrays(self) -> MilpArrays:
-        """The model as arrays, with a feasible warm start in `start`."""
-
-    def pyomo(self) -> pyo.ConcreteModel:
-        """The same model in Pyomo; `model.columns` lists its variables in array column order."""
-
-    def start(self) -> np.ndarray:
-        """A feasible point to warm-start from (array layout): running jobs stay."""
-
-
-Solver = Callable[[MilpModel, Settings], tuple[SolveOutcome, float]]  # a registry entry: outcome, build seconds
-
-
-class RoundModel(Protocol):
-    @property
-    def round_input(self) -> RoundInput: ...
-
-    def solve(self, solver: Solver, settings: Settings) -> tuple[SolveOutcome, float]:
-        """The solver's outcome (a point in this model's layout) and the seconds spent building
-        what it solved, within settings.time_limit_s."""
-
-    def decode(self, values: np.ndarray) -> tuple[JobAllocation, ...]:
-        """Concrete GPUs and batches from a point (array layout); raises DecodeError if it does
-        not decode."""
-
-    def objective(self, values: np.ndarray) -> float:
-        """The model's objective at a point (array layout)."""
-
-    def fallback(self) -> np.ndarray:
-        """A feasible point found greedily (array layout): the answer when a solver has none."""
-
-
-class OneRoundModel(RoundModel, MilpModel, Protocol):
-    """A round that is one MilpModel: what a customization changes (CustomizedModel)."""
-
-
-class OneModel:
-    """A round that is one MilpModel (it has arrays, pyomo and start): the solver solves it whole."""
-
-    def solve(self, solver: Solver, settings: Settings) -> tuple[SolveOutcome, float]:
-        return solver(self, settings)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -169,8 +122,6 @@ def compile_arrays(m: pyo.ConcreteModel, base: MilpArrays) -> tuple[MilpArrays, 
 def _satisfies(m: pyo.ConcreteModel, point: np.ndarray, tol: float = 1e-9) -> bool:
     """Whether `point` (model.columns, other variables unset) meets every active constraint."""
     import pyomo.environ as pyo
-
-    from schedlab.solvers.pyomo_backend import set_start
 
     set_start(m, point)
     for con in m.component_data_objects(pyo.Constraint, active=True):

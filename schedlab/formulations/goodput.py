@@ -50,15 +50,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 
 from schedlab.errors import DecodeError
-from schedlab.formulations.base import OneModel
 from schedlab.formulations.freezing import enumerate_freeze_options, has_freezing
 from schedlab.formulations.greedy import greedy_choice
 from schedlab.formulations.options import OptionColumns, OptionSet, enumerate_options, job_allocations
 from schedlab.formulations.packing import NodeState
-from schedlab.solvers.arrays import MilpArrays
+from schedlab.milp import MilpArrays, OneModel, Rows, stack_rows
 from schedlab.state import JobAllocation, RoundInput
 
 if TYPE_CHECKING:
@@ -124,20 +122,10 @@ def build_arrays(opts: OptionSet) -> MilpArrays:
     t_col = n + len(w_cols) if max_min else None
     num_cols = n + len(w_cols) + (1 if max_min else 0)
 
-    rows, cols, vals, hi = [], [], [], []
-    num_rows = 0
-
-    def add_rows(r, col, val, row_hi) -> None:
-        """Append a block of len(row_hi) rows (all <= row_hi); r numbers rows within the block."""
-        nonlocal num_rows
-        rows.append(np.asarray(r, dtype=int) + num_rows)
-        cols.append(np.asarray(col, dtype=int))
-        vals.append(np.asarray(val, dtype=float))
-        hi.append(np.asarray(row_hi, dtype=float))
-        num_rows += len(hi[-1])
-
+    inf = math.inf
+    one, level, slots, minspd = Rows(), Rows(), Rows(), Rows()
     jobs_with = np.unique(opts.job)  # (one)
-    add_rows(np.searchsorted(jobs_with, opts.job), np.arange(n), np.ones(n), np.ones(len(jobs_with)))
+    one.extend([(int(j),) for j in jobs_with], np.searchsorted(jobs_with, opts.job), np.arange(n), np.ones(n), -inf, 1.0)
     for g, grp in enumerate(opts.groups):  # (level)
         nodes_k2 = [k for k in grp.nodes if k in st.multi_stayer]
         held = [(c, h) for k, (c, h) in st.single_stayer.items() if st.node_group[k] == g]
@@ -145,16 +133,17 @@ def build_arrays(opts: OptionSet) -> MilpArrays:
             new = np.flatnonzero((opts.group == g) & (st.item_size >= d))
             col = np.concatenate([new, [c for c, _ in held], [w_index[k, d] for k in nodes_k2]])
             val = np.concatenate([opts.num_gpus[new] / d, [math.ceil(h / d) for _, h in held], -np.ones(len(nodes_k2))])
-            add_rows(np.zeros(len(col)), col, val, [(len(grp.nodes) - len(nodes_k2)) * grp.gpus_per_node / d])
+            level.add((g, d), col, val, -inf, (len(grp.nodes) - len(nodes_k2)) * grp.gpus_per_node / d)
     for k, holders in sorted(st.multi_stayer.items()):  # (slots)
         grp = opts.groups[st.node_group[k]]
         for d in grp.levels:
-            slot_cols = [w_index[k, d]] + [c for c, _ in holders]
-            add_rows(np.zeros(len(slot_cols)), slot_cols, [float(d)] + [float(h) for _, h in holders], [grp.gpus_per_node])
+            slots.add((k, d), [w_index[k, d]] + [c for c, _ in holders], [float(d)] + [float(h) for _, h in holders],
+                      -inf, grp.gpus_per_node)
     if max_min:  # (minspd): t - sum_c s'_c x_c <= 0 for every job
         J = opts.num_jobs
-        add_rows(np.concatenate([np.arange(J), opts.job]), np.concatenate([np.full(J, t_col), np.arange(n)]),
-                 np.concatenate([np.ones(J), -opts.penalized_speedup]), np.zeros(J))
+        minspd.extend([(j,) for j in range(J)], np.concatenate([np.arange(J), opts.job]),
+                      np.concatenate([np.full(J, t_col), np.arange(n)]),
+                      np.concatenate([np.ones(J), -opts.penalized_speedup]), -inf, 0.0)
 
     coef, offset = _objective_coefficients(opts)
     c = np.zeros(num_cols)
@@ -167,10 +156,9 @@ def build_arrays(opts: OptionSet) -> MilpArrays:
         c[t_col] = max_min_weight(opts)
         col_hi[t_col] = max_min_upper(opts)
         integer[t_col] = False
-    row_hi = np.concatenate(hi)
-    A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(len(row_hi), num_cols))
+    A, row_lo, row_hi = stack_rows([one, level, slots, minspd], num_cols)
     return MilpArrays(
-        c=c, offset=offset, A=A, row_lo=np.full(len(row_hi), -np.inf), row_hi=row_hi,
+        c=c, offset=offset, A=A, row_lo=row_lo, row_hi=row_hi,
         col_lo=np.zeros(num_cols), col_hi=col_hi, integer=integer,
         start=start_point(opts, st), choice=np.concatenate([opts.job, np.full(num_cols - n, -1)]),
     )

@@ -83,12 +83,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from schedlab.errors import DecodeError
-from schedlab.formulations.base import OneModel
 from schedlab.formulations.freezing import fold_freeze_levels, has_freezing
 from schedlab.formulations.goodput import max_min_upper, max_min_weight, min_job_speedup, objective_value
 from schedlab.formulations.options import (
     chain_levels,
-    fair_shape,
+    fair_shapes,
     field_values,
     job_allocations,
     multi_node_counts,
@@ -100,9 +99,9 @@ from schedlab.formulations.options import (
     utility,
 )
 from schedlab.formulations.packing import NodeState
+from schedlab.milp import MilpArrays, OneModel, Rows, stack_rows
 from schedlab.models.efficiency import BatchChoice, best_batch
 from schedlab.models.freezing import scaled_params
-from schedlab.solvers.arrays import MilpArrays
 from schedlab.state import BatchLimits, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, ThroughputParams, Topology
 from schedlab.topology import cluster_graph, spread_gbps
 
@@ -382,12 +381,11 @@ def _value(jobs: tuple[JobSpec, ...], job: np.ndarray, gpu_type: np.ndarray, nod
 
 
 def _fair_rows(ri: RoundInput) -> dict[str, np.ndarray]:
-    """Each job's fair share (goodput.py's) as a row valued on typical GPUs in one rack."""
+    """Each job's fair share (options.fair_shapes, goodput's) as a row valued on typical GPUs in one rack."""
     groups = node_groups(ri)
-    shares = [(j, *fair_shape(job, ri, groups)) for j, job in enumerate(ri.jobs)
-              if any(g.gpu_type in job.throughput for g in groups)]
-    j, t, n, r = (np.array(v) for v in zip(*shares)) if shares else (np.zeros(0, int),) * 4
-    return {"job": j.astype(int), "gpu_type": t.astype(str), "nodes": n.astype(int), "gpus": r.astype(int),
+    j, g, n, r = fair_shapes(ri, groups)
+    t = np.array([grp.gpu_type for grp in groups], dtype=str)[g] if len(g) else np.zeros(0, str)
+    return {"job": j.astype(int), "gpu_type": t, "nodes": n.astype(int), "gpus": r.astype(int),
             "tau": np.ones(len(j)), "sync_scale": np.ones(len(j)), "spread": np.ones(len(j))}
 
 
@@ -511,43 +509,7 @@ def structure(opts: JointOptions) -> Structure:
                      tuple(sorted(pairs)), w_cols)
 
 
-@dataclass
-class Block:
-    """The rows of one tagged constraint: their index keys, COO entries (row numbers within the
-    block) and bounds."""
-
-    keys: list[tuple] = field(default_factory=list)
-    rows: list[np.ndarray] = field(default_factory=list)
-    cols: list[np.ndarray] = field(default_factory=list)
-    vals: list[np.ndarray] = field(default_factory=list)
-    lo: list[float] = field(default_factory=list)
-    hi: list[float] = field(default_factory=list)
-
-    def add(self, key: tuple, cols, vals, lo: float, hi: float) -> None:
-        cols = np.asarray(cols, dtype=int)
-        self.rows.append(np.full(len(cols), len(self.keys)))
-        self.cols.append(cols)
-        self.vals.append(np.broadcast_to(np.asarray(vals, dtype=float), cols.shape))
-        self.keys.append(key)
-        self.lo.append(lo)
-        self.hi.append(hi)
-
-    def extend(self, keys: list[tuple], rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, lo: float,
-               hi: float) -> None:
-        """Many rows at once: `rows` numbers them 0..len(keys)-1."""
-        self.rows.append(np.asarray(rows, dtype=int) + len(self.keys))
-        self.cols.append(np.asarray(cols, dtype=int))
-        self.vals.append(np.asarray(vals, dtype=float))
-        self.keys += keys
-        self.lo += [lo] * len(keys)
-        self.hi += [hi] * len(keys)
-
-    def coo(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        cat = lambda xs, t: np.concatenate(xs).astype(t) if xs else np.zeros(0, t)  # noqa: E731
-        return cat(self.rows, int), cat(self.cols, int), cat(self.vals, float)
-
-
-def _constraints(opts: JointOptions, st: Structure) -> dict[str, Block]:
+def _constraints(opts: JointOptions, st: Structure) -> dict[str, Rows]:
     """Every constraint of the docstring, by tag. Both builds read these blocks, so the arrays
     and the Pyomo model are the same rows."""
     cl, n, inf = opts.cluster, opts.num_options, math.inf
@@ -555,7 +517,7 @@ def _constraints(opts: JointOptions, st: Structure) -> dict[str, Block]:
     v_job = np.array([j for j, _ in st.v_cols], dtype=int)
     v_pool = np.array([p for _, p in st.v_cols], dtype=int)
     w_index = {kd: n + num_v + i for i, kd in enumerate(st.w_cols)}
-    out = {tag: Block() for tag in ("one", "level", "slots", "slice", "pool", "elig")}
+    out = {tag: Rows() for tag in ("one", "level", "slots", "slice", "pool", "elig")}
     jobs_with = np.unique(opts.job)
     out["one"].extend([(int(j),) for j in jobs_with], np.searchsorted(jobs_with, opts.job), np.arange(n),
                       np.ones(n), -inf, 1.0)
@@ -634,9 +596,9 @@ def start_point(opts: JointOptions, st: Structure) -> np.ndarray:
     return v
 
 
-def _minspd(opts: JointOptions, t: int) -> Block:
+def _minspd(opts: JointOptions, t: int) -> Rows:
     """(minspd): t - sum_{c in C_j} s'_c x_c <= 0 for every job (max-min)."""
-    block = Block()
+    block = Rows()
     for j in range(opts.num_jobs):
         mine = np.flatnonzero(opts.job == j)
         block.add((j,), np.concatenate([[t], mine]), np.concatenate([[1.0], -opts.penalized_speedup[mine]]),
@@ -644,7 +606,7 @@ def _minspd(opts: JointOptions, t: int) -> Block:
     return block
 
 
-def _blocks(opts: JointOptions, st: Structure, num_cols: int) -> dict[str, Block]:
+def _blocks(opts: JointOptions, st: Structure, num_cols: int) -> dict[str, Rows]:
     blocks = _constraints(opts, st)
     if opts.round_input.settings.max_min:
         blocks["minspd"] = _minspd(opts, num_cols - 1)
@@ -653,18 +615,8 @@ def _blocks(opts: JointOptions, st: Structure, num_cols: int) -> dict[str, Block
 
 def build_arrays(opts: JointOptions, st: Structure) -> MilpArrays:
     c, col_hi, integer = _columns(opts, st)
-    rows, cols, vals, lo, hi = [], [], [], [], []
-    offset = 0
-    for block in _blocks(opts, st, len(c)).values():
-        r, k, v = block.coo()
-        rows.append(r + offset)
-        cols.append(k)
-        vals.append(v)
-        lo += block.lo
-        hi += block.hi
-        offset += len(block.keys)
-    A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(offset, len(c)))
-    return MilpArrays(c=c, offset=float(opts.U0.sum()), A=A, row_lo=np.array(lo, float), row_hi=np.array(hi, float),
+    A, lo, hi = stack_rows(list(_blocks(opts, st, len(c)).values()), len(c))
+    return MilpArrays(c=c, offset=float(opts.U0.sum()), A=A, row_lo=lo, row_hi=hi,
                       col_lo=np.zeros(len(c)), col_hi=col_hi, integer=integer, start=start_point(opts, st),
                       choice=_column_jobs(opts, st, len(c)))
 

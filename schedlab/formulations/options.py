@@ -184,7 +184,7 @@ def job_allocations(opts, picked: np.ndarray, gpus_of: dict[int, tuple[GpuRef, .
         out.append(JobAllocation(
             job_id=job.id, gpus=gpus, total_bsz=r * local * (accum + 1), local_bsz=local, accum_steps=accum,
             goodput=float(opts.goodput[c]), speedup=float(opts.speedup[c]),
-            restarted=job.running and gpus != tuple(sorted(job.current_gpus)),
+            restarted=job.restarted_on(gpus),
             frozen_groups=int(opts.frozen_groups[c]) if opts.frozen_groups is not None else 0,
             freeze_penalty=float(opts.freeze_penalty[c]) if opts.freeze_penalty is not None else 0.0,
         ))
@@ -240,15 +240,6 @@ def _eligible(jobs: tuple[JobSpec, ...], groups: tuple[NodeGroup, ...]) -> np.nd
     """(jobs x groups) mask: the job has throughput parameters for the group's GPU type."""
     return np.array([[g.gpu_type in job.throughput for g in groups] for job in jobs], dtype=bool).reshape(
         len(jobs), len(groups))
-
-
-def fair_shape(job: JobSpec, round_input: RoundInput, groups: tuple[NodeGroup, ...]) -> tuple[str, int, int]:
-    """(GPU type, nodes, GPUs) of the job's fair share, on its largest usable group."""
-    usable = [g for g in groups if g.gpu_type in job.throughput]
-    grp = max(usable, key=lambda g: len(g.nodes) * g.gpus_per_node)
-    share = math.ceil(round_input.cluster.total_gpus / max(len(round_input.jobs), 1))
-    gpus = min(max(share, job.min_gpus, 1), job.max_gpus, len(grp.nodes) * grp.gpus_per_node)
-    return grp.gpu_type, math.ceil(gpus / grp.gpus_per_node), gpus
 
 
 def _stay_shape(job: JobSpec, node_index: dict[str, int]) -> dict[int, int]:
@@ -384,20 +375,30 @@ def _round_rows(round_input: RoundInput, groups: tuple[NodeGroup, ...]) -> tuple
     return _Rows(job[order], group[order], gpu_type[order], num_nodes[order], gpus[order], types), stay_nodes
 
 
-def _fair_rows(round_input: RoundInput, groups: tuple[NodeGroup, ...], types: tuple[str, ...]) -> _Rows:
-    """fair_shape of every job that can use some group, vectorized."""
+def fair_shapes(round_input: RoundInput, groups: tuple[NodeGroup, ...]) -> tuple[np.ndarray, ...]:
+    """Every job's fair share as a shape (the speedup's reference, module docstring): the round's
+    fair share of GPUs (RoundInput.fair_share_gpus) within the job's GPU limits, on the largest
+    group of a GPU type it can use, packed on the fewest nodes.
+
+    Returns (job, group, nodes, GPUs), one entry per job that can use some group.
+    """
     jobs = round_input.jobs
     eligible = _eligible(jobs, groups)
     has = np.flatnonzero(eligible.any(axis=1))
     capacity = np.array([len(g.nodes) * g.gpus_per_node for g in groups], dtype=int)
     per_node = np.array([g.gpus_per_node for g in groups], dtype=int)
-    best = np.argmax(np.where(eligible[has], capacity, -1), axis=1)  # the first largest, as max() picks
-    share = math.ceil(round_input.cluster.total_gpus / max(len(jobs), 1))
+    best = np.argmax(np.where(eligible[has], capacity, -1), axis=1)  # the first largest
     lo = np.array([max(jobs[j].min_gpus, 1) for j in has.tolist()], dtype=int)
     hi = np.array([jobs[j].max_gpus for j in has.tolist()], dtype=int)
-    gpus = np.minimum(np.minimum(np.maximum(share, lo), hi), capacity[best])
+    gpus = np.minimum(np.minimum(np.maximum(round_input.fair_share_gpus, lo), hi), capacity[best])
+    return has, best, -(-gpus // per_node[best]), gpus
+
+
+def _fair_rows(round_input: RoundInput, groups: tuple[NodeGroup, ...], types: tuple[str, ...]) -> _Rows:
+    """fair_shapes as rows to value."""
+    has, best, nodes, gpus = fair_shapes(round_input, groups)
     group_type = np.array([types.index(g.gpu_type) for g in groups], dtype=int)
-    return _Rows(has, np.full(len(has), -1), group_type[best], -(-gpus // per_node[best]), gpus, types)
+    return _Rows(has, np.full(len(has), -1), group_type[best], nodes, gpus, types)
 
 
 def enumerate_options(round_input: RoundInput, prune: bool = True) -> OptionSet:

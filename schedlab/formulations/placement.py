@@ -91,10 +91,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from schedlab.errors import InputError
-from schedlab.formulations.base import OneModel, Solver
+from schedlab.milp import FAILED, TIME_LIMIT, MilpArrays, OneModel, SolveOutcome, Solver
 from schedlab.models.efficiency import split_fixed_batch
-from schedlab.solvers.arrays import MilpArrays
-from schedlab.solvers.outcome import FAILED, TIME_LIMIT, SolveOutcome
 from schedlab.state import GpuRef, JobAllocation, JobSpec, RoundInput, Settings, Status
 
 if TYPE_CHECKING:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from schedlab.formulations.placement import PlacementInput, job_speed, placement_objective
-from schedlab.solvers.outcome import OPTIMAL, TIME_LIMIT
+from schedlab.milp import OPTIMAL, TIME_LIMIT
 from schedlab.state import Status
 
 # Many small windows beat few large ones: on three full 1,024-GPU rounds, 1 s of windows of 16

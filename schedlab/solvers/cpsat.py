@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from schedlab.errors import InputError
-from schedlab.solvers.arrays import MilpArrays
+from schedlab.milp import FAILED, OPTIMAL, TIME_LIMIT, MilpArrays, SolveOutcome
 from schedlab.solvers.log import solver_log_on, to_stderr
-from schedlab.solvers.outcome import FAILED, OPTIMAL, TIME_LIMIT, SolveOutcome, StopSignal, start_outcome
+from schedlab.solvers.outcome import StopSignal, start_outcome
 
 DEFAULT_SCALE = 1e6
 CPSAT_PARAMETERS_URL = "https://github.com/google/or-tools/blob/stable/ortools/sat/sat_parameters.proto"

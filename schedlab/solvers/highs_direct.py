@@ -33,9 +33,9 @@ import highspy
 import numpy as np
 
 from schedlab.errors import InputError
-from schedlab.solvers.arrays import MilpArrays
+from schedlab.milp import FAILED, OPTIMAL, TIME_LIMIT, MilpArrays, SolveOutcome
 from schedlab.solvers.log import solver_log_on
-from schedlab.solvers.outcome import FAILED, OPTIMAL, TIME_LIMIT, SolveOutcome, StopSignal, best_of, start_outcome
+from schedlab.solvers.outcome import StopSignal, best_of, start_outcome
 
 _ROWWISE, _MAXIMIZE = 2, -1
 Options = tuple[tuple[str, Any], ...]  # settings.solver_options: (name, value) pairs

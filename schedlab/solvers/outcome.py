@@ -5,36 +5,9 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-import numpy as np
-
-from schedlab.solvers.arrays import MilpArrays
-from schedlab.state import Status
-
-OPTIMAL, TIME_LIMIT, FAILED = Status.OPTIMAL, Status.TIME_LIMIT, Status.FAILED
-
-
-@dataclass(frozen=True)
-class SolveOutcome:
-    """status: optimal | time_limit (feasible incumbent, not proven) | failed (no usable point).
-
-    `values` is the point found (the array columns, or for Pyomo the x columns then the rest),
-    None when failed. Objective and bound are in the model's own (maximization) units.
-    """
-
-    status: Status
-    values: np.ndarray | None
-    objective: float
-    bound: float
-    solve_s: float
-    message: str = ""
-
-    @property
-    def gap(self) -> float:
-        if self.values is None or not math.isfinite(self.bound):
-            return math.inf
-        return abs(self.bound - self.objective) / max(abs(self.objective), 1e-9)
+from schedlab.milp import OPTIMAL, TIME_LIMIT, MilpArrays, SolveOutcome
 
 
 class StopSignal:

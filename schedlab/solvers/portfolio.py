@@ -31,10 +31,10 @@ from concurrent.futures import ThreadPoolExecutor
 from contextvars import copy_context
 from dataclasses import replace
 
-from schedlab.solvers.arrays import MilpArrays
+from schedlab.milp import OPTIMAL, MilpArrays, SolveOutcome
 from schedlab.solvers.cpsat import solve_cpsat
 from schedlab.solvers.highs_direct import lp_first_search, solve_highs
-from schedlab.solvers.outcome import OPTIMAL, SolveOutcome, StopSignal, best_of, start_outcome
+from schedlab.solvers.outcome import StopSignal, best_of, start_outcome
 
 HEAD_START_COLS = 256  # the Philly rounds CP-SAT wins by 10-100x have 500-1,800 columns
 HEAD_START_S = 0.05

@@ -22,9 +22,9 @@ from pyomo.contrib.appsi.base import TerminationCondition
 from pyomo.contrib.appsi.solvers import Highs
 
 from schedlab.errors import SolverError
+from schedlab.milp import FAILED, OPTIMAL, TIME_LIMIT, SolveOutcome
 from schedlab.solvers.highs_direct import check_options
 from schedlab.solvers.log import solver_log_on
-from schedlab.solvers.outcome import FAILED, OPTIMAL, TIME_LIMIT, SolveOutcome
 from schedlab.solvers.pyomo_options import LEGACY_OPTIONS
 
 _TOL = 1e-7  # relative: solvers' own feasibility and optimality tolerances are ~1e-9 to 1e-6
@@ -62,12 +62,6 @@ _pyomo_logs_to_stderr()
 def _column_values(model: pyo.ConcreteModel) -> np.ndarray:
     """The point in the array layout: the values of `model.columns` (formulations.base)."""
     return np.array([pyo.value(v, exception=False) or 0.0 for v in model.columns])
-
-
-def set_start(model: pyo.ConcreteModel, start: np.ndarray) -> None:
-    """Load a warm-start point given in the array layout (the order of `model.columns`)."""
-    for v, value in zip(model.columns, start):
-        v.set_value(float(value), skip_validation=True)
 
 
 def solve_appsi_highs(model: pyo.ConcreteModel, time_limit_s: float, mip_gap: float,

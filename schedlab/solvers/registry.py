@@ -16,12 +16,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 from schedlab.errors import SolverError
+from schedlab.milp import MilpModel, SolveOutcome, Solver, set_start
 from schedlab.solvers.cpsat import solve_cpsat
 from schedlab.solvers.highs_direct import solve_highs
-from schedlab.solvers.outcome import SolveOutcome
 from schedlab.solvers.portfolio import solve_portfolio
 from schedlab.solvers.pyomo_options import LEGACY_OPTIONS
 from schedlab.state import Settings
@@ -35,7 +34,7 @@ class ArraySolver:
     solve: Callable[..., SolveOutcome]
     extra: tuple[str, ...] = ()
 
-    def __call__(self, model: Any, s: Settings) -> tuple[SolveOutcome, float]:
+    def __call__(self, model: MilpModel, s: Settings) -> tuple[SolveOutcome, float]:
         t0 = time.perf_counter()
         arrays = model.arrays()
         build_s = time.perf_counter() - t0
@@ -54,7 +53,7 @@ class PyomoSolver:
     backend: str
     solver: str | None = None
 
-    def __call__(self, model: Any, s: Settings) -> tuple[SolveOutcome, float]:
+    def __call__(self, model: MilpModel, s: Settings) -> tuple[SolveOutcome, float]:
         from schedlab.solvers import pyomo_backend
 
         solve = getattr(pyomo_backend, self.backend)
@@ -64,13 +63,13 @@ class PyomoSolver:
         pm = model.pyomo()
         start = model.start()  # None where a customized model's constraints cut it off
         if start is not None:
-            pyomo_backend.set_start(pm, start)
+            set_start(pm, start)
         build_s = time.perf_counter() - t0
         return solve(pm, max(s.time_limit_s - build_s, 1e-3), s.mip_gap, warm_start=start is not None,
                      options=s.solver_options), build_s
 
 
-SOLVERS: dict[str, Callable[[Any, Settings], tuple[SolveOutcome, float]]] = {
+SOLVERS: dict[str, Solver] = {
     "highs": ArraySolver(solve_highs, extra=("lp_first", "solver_options")),
     "cpsat": ArraySolver(solve_cpsat, extra=("solver_options",)),
     "portfolio": ArraySolver(solve_portfolio, extra=("lp_first",)),
@@ -92,7 +91,7 @@ def array_solver_names() -> tuple[str, ...]:
     return tuple(n for n, e in SOLVERS.items() if isinstance(e, ArraySolver))
 
 
-def solver(name: str) -> Callable[[Any, Settings], tuple[SolveOutcome, float]]:
+def solver(name: str) -> Solver:
     if name not in SOLVERS:
         raise SolverError(f"unknown solver {name!r}; use one of {', '.join(SOLVERS)}")
     return SOLVERS[name]

@@ -107,7 +107,7 @@ class _Limits:
 
     @classmethod
     def of(cls, ri: RoundInput, cfg: EvolutionConfig, vals: "RoundValues") -> "_Limits":
-        requests = np.array([min(job.requested_gpus or job.min_gpus, job.max_gpus) for job in ri.jobs], dtype=int)
+        requests = np.array([min(job.gang_gpus, job.max_gpus) for job in ri.jobs], dtype=int)
         doublings = np.array([int(job.age_s // cfg.young_s) for job in ri.jobs])
         caps = np.array([job.max_gpus for job in ri.jobs])
         if cfg.cap_growth:

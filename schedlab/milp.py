@@ -1,0 +1,233 @@
+"""The model types, on the ground floor: what formulations build and solvers solve.
+
+Formulations (schedlab.formulations) build a round's model; solvers (schedlab.solvers) solve
+it; neither imports the other, and both import this module. It holds:
+
+- `MilpArrays`, a MILP as arrays (the exchange format with highspy and CP-SAT)::
+
+      maximize    c @ v + offset
+      subject to  row_lo <= A @ v <= row_hi,   col_lo <= v <= col_hi,   v_i integer where integer[i]
+
+- `Rows`, the one builder of sparse constraint rows that every formulation uses, one block per
+  tagged constraint of its docstring;
+- `SolveOutcome`, what every solver returns;
+- the protocols `MilpModel` (what a solver solves, as arrays or as Pyomo), `Solver` (a registry
+  entry) and `RoundModel` (a round's model: solve, decode, objective, fallback), with `OneModel`,
+  the base of a round that is one MilpModel;
+- `set_start`, which loads a point in the array layout into the model's Pyomo form.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+import scipy.sparse as sp
+
+from schedlab.state import JobAllocation, RoundInput, Settings, Status
+
+if TYPE_CHECKING:
+    import pyomo.environ as pyo
+
+__all__ = ["FAILED", "OPTIMAL", "TIME_LIMIT", "MilpArrays", "MilpModel", "OneModel", "OneRoundModel", "RoundModel",
+           "Rows", "SolveOutcome", "Solver", "set_start", "stack_rows"]
+
+OPTIMAL, TIME_LIMIT, FAILED = Status.OPTIMAL, Status.TIME_LIMIT, Status.FAILED
+
+
+@dataclass(frozen=True)
+class MilpArrays:
+    """A MILP as arrays: maximize ``c @ v + offset`` subject to ``row_lo <= A @ v <= row_hi``,
+    ``col_lo <= v <= col_hi`` and ``v[i]`` integer where ``integer[i]``.
+
+    `start` is a feasible point to warm-start from, if known; `choice` gives the job each column
+    belongs to (-1: none), None when every column is its own.
+    """
+
+    c: np.ndarray
+    offset: float
+    A: sp.csr_matrix
+    row_lo: np.ndarray
+    row_hi: np.ndarray
+    col_lo: np.ndarray
+    col_hi: np.ndarray
+    integer: np.ndarray
+    start: np.ndarray | None = None
+    choice: np.ndarray | None = None
+
+    @property
+    def num_cols(self) -> int:
+        """The number of columns (variables)."""
+        return len(self.c)
+
+    @property
+    def num_rows(self) -> int:
+        """The number of rows (constraints)."""
+        return self.A.shape[0]
+
+    def objective(self, v: np.ndarray) -> float:
+        """The objective ``c @ v + offset`` at point `v`."""
+        return float(self.c @ v + self.offset)
+
+    def max_violation(self, v: np.ndarray) -> float:
+        """Largest violation of any row or column bound by point `v` (0 when feasible)."""
+        av = self.A @ v
+        parts = [self.row_lo - av, av - self.row_hi, self.col_lo - v, v - self.col_hi, [0.0]]
+        return float(max(np.max(p) for p in parts if len(p)))
+
+
+@dataclass
+class Rows:
+    """The rows of one tagged constraint: each row's index key, its COO entries (rows numbered
+    within the block) and its bounds. A formulation fills one block per tag of its docstring;
+    `stack_rows` joins them into a matrix, and a Pyomo twin may read the keys to name rows.
+
+    Examples
+    --------
+    >>> one = Rows()
+    >>> one.add(("a",), cols=[0, 1], vals=1.0, lo=-math.inf, hi=1.0)
+    >>> A, lo, hi = stack_rows([one], num_cols=2)
+    >>> A.toarray().tolist(), hi.tolist()
+    ([[1.0, 1.0]], [1.0])
+    """
+
+    keys: list[tuple] = field(default_factory=list)
+    rows: list[np.ndarray] = field(default_factory=list)
+    cols: list[np.ndarray] = field(default_factory=list)
+    vals: list[np.ndarray] = field(default_factory=list)
+    lo: list[float] = field(default_factory=list)
+    hi: list[float] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def add(self, key: tuple, cols: Sequence[int] | np.ndarray, vals: float | Sequence[float] | np.ndarray,
+            lo: float, hi: float) -> None:
+        """One row: ``lo <= sum_i vals[i] * v[cols[i]] <= hi`` (a scalar `vals` applies to every column)."""
+        cols = np.asarray(cols, dtype=int)
+        self.rows.append(np.full(len(cols), len(self.keys)))
+        self.cols.append(cols)
+        self.vals.append(np.broadcast_to(np.asarray(vals, dtype=float), cols.shape))
+        self.keys.append(key)
+        self.lo.append(lo)
+        self.hi.append(hi)
+
+    def add_dict(self, key: tuple, coefficients: dict[int, float], lo: float, hi: float) -> None:
+        """One row given as {column: coefficient}."""
+        self.add(key, list(coefficients), list(coefficients.values()), lo, hi)
+
+    def extend(self, keys: list[tuple], rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, lo: float,
+               hi: float | Sequence[float] | np.ndarray) -> None:
+        """Many rows at once: `rows` numbers them 0..len(keys)-1; `hi` is one bound or one per row."""
+        self.rows.append(np.asarray(rows, dtype=int) + len(self.keys))
+        self.cols.append(np.asarray(cols, dtype=int))
+        self.vals.append(np.asarray(vals, dtype=float))
+        self.keys += keys
+        self.lo += [lo] * len(keys)
+        self.hi += np.broadcast_to(np.asarray(hi, dtype=float), (len(keys),)).tolist()
+
+    def coo(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The block's (row, column, value) triplets, rows numbered within the block."""
+        return _cat(self.rows, int), _cat(self.cols, int), _cat(self.vals, float)
+
+
+def _cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+
+
+def stack_rows(blocks: Sequence[Rows], num_cols: int) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
+    """The blocks one under the other: the constraint matrix and its row bounds (lo, hi)."""
+    rows, cols, vals, offset = [], [], [], 0
+    for block in blocks:
+        r, c, v = block.coo()
+        rows.append(r + offset)
+        cols.append(c)
+        vals.append(v)
+        offset += len(block)
+    lo = np.array([x for b in blocks for x in b.lo], dtype=float)
+    hi = np.array([x for b in blocks for x in b.hi], dtype=float)
+    A = sp.csr_matrix((_cat(vals, float), (_cat(rows, int), _cat(cols, int))), shape=(offset, num_cols))
+    return A, lo, hi
+
+
+@dataclass(frozen=True)
+class SolveOutcome:
+    """What every solver returns.
+
+    status: optimal | time_limit (a feasible incumbent, not proven) | failed (no usable point).
+    `values` is the point found (the array columns, or for Pyomo the x columns then the rest),
+    None when failed. Objective and bound are in the model's own (maximization) units.
+    """
+
+    status: Status
+    values: np.ndarray | None
+    objective: float
+    bound: float
+    solve_s: float
+    message: str = ""
+
+    @property
+    def gap(self) -> float:
+        """Relative distance of the objective from the bound (inf without a point or a bound)."""
+        if self.values is None or not math.isfinite(self.bound):
+            return math.inf
+        return abs(self.bound - self.objective) / max(abs(self.objective), 1e-9)
+
+
+class MilpModel(Protocol):
+    """What a solver of the registry solves."""
+
+    def arrays(self) -> MilpArrays:
+        """The model as arrays, with a feasible warm start in `start`."""
+
+    def pyomo(self) -> pyo.ConcreteModel:
+        """The same model in Pyomo; `model.columns` lists its variables in array column order."""
+
+    def start(self) -> np.ndarray | None:
+        """A feasible point to warm-start from (array layout), if known."""
+
+
+Solver = Callable[[MilpModel, Settings], tuple[SolveOutcome, float]]  # a registry entry: outcome, build seconds
+
+
+class RoundModel(Protocol):
+    """A round's model, as a formulation builds it (schedlab.formulations.FORMULATIONS)."""
+
+    @property
+    def round_input(self) -> RoundInput:
+        """The round this model was built from."""
+
+    def solve(self, solver: Solver, settings: Settings) -> tuple[SolveOutcome, float]:
+        """The solver's outcome (a point in this model's layout) and the seconds spent building
+        what it solved, within settings.time_limit_s."""
+
+    def decode(self, values: np.ndarray) -> tuple[JobAllocation, ...]:
+        """Concrete GPUs and batches from a point (array layout); raises DecodeError if it does
+        not decode."""
+
+    def objective(self, values: np.ndarray) -> float:
+        """The model's objective at a point (array layout)."""
+
+    def fallback(self) -> np.ndarray:
+        """A feasible point found greedily (array layout): the answer when a solver has none."""
+
+
+class OneRoundModel(RoundModel, MilpModel, Protocol):
+    """A round that is one MilpModel: what a customization changes."""
+
+
+class OneModel:
+    """Base of a round that is one MilpModel (it has arrays, pyomo and start): the solver solves it whole."""
+
+    def solve(self, solver: Solver, settings: Settings) -> tuple[SolveOutcome, float]:
+        """The solver's outcome on this model and the seconds it spent building it."""
+        return solver(self, settings)  # type: ignore[arg-type]
+
+
+def set_start(model: pyo.ConcreteModel, start: np.ndarray) -> None:
+    """Load a point given in the array layout (the order of `model.columns`) into a Pyomo model."""
+    for v, value in zip(model.columns, start):
+        v.set_value(float(value), skip_validation=True)
