@@ -21,7 +21,7 @@ import numpy as np
 
 from schedlab.errors import ConfigError
 from schedlab.models.variability import assign_slowdowns, sample_measured, tiered
-from schedlab.state import Cluster, Node, Rack, Topology
+from schedlab.state import Cluster, GpuRef, Node, Rack, Topology
 
 Slowdowns = dict[str, dict[str, float]]  # GPU id -> class -> factor
 
@@ -79,7 +79,7 @@ def _node_slowdown(slowdowns: Slowdowns, ids: list[str]) -> dict[str, tuple[floa
 def make_cluster(spec: ClusterSpec) -> tuple[Cluster, Cluster]:
     """(the cluster as a scheduler sees it, the cluster as it runs); node ids n0, n1, ..."""
     names = [f"n{k}" for k in range(spec.num_nodes)]
-    ids = [f"gpu:{k}/{i}" for k in range(spec.num_nodes) for i in range(spec.gpus_per_node)]
+    ids = [GpuRef(name, i).key for name in names for i in range(spec.gpus_per_node)]
     seen, truth = VARIABILITY[spec.variability](ids, np.random.default_rng(spec.seed), spec.seed)
     topology = None
     if spec.racks or spec.across_node_factor != 1.0:

@@ -99,6 +99,11 @@ class GpuRef:
     node: str
     gpu: int
 
+    @property
+    def key(self) -> str:
+        """The GPU's id as one string, ``node/gpu`` (``n3/1``): the one format of GPU ids."""
+        return f"{self.node}/{self.gpu}"
+
 
 @dataclass(frozen=True)
 class ThroughputParams:
@@ -215,7 +220,23 @@ class JobSpec:
 
     @property
     def running(self) -> bool:
+        """Whether the job holds GPUs now."""
         return bool(self.current_gpus)
+
+    @property
+    def gang_gpus(self) -> int:
+        """The GPUs a gang-scheduled job runs on: requested_gpus, else min_gpus."""
+        return self.requested_gpus or self.min_gpus
+
+    @property
+    def submitted_bsz(self) -> int:
+        """The total batch the job was submitted with, at which policies that do not adapt the
+        batch train it: fixed_bsz, else requested_bsz (the user's ask), else batch.init_bsz."""
+        return self.fixed_bsz or self.requested_bsz or self.batch.init_bsz
+
+    def restarted_on(self, gpus: tuple[GpuRef, ...]) -> bool:
+        """Whether running on `gpus` restarts the job: it runs now, on other GPUs."""
+        return self.running and set(gpus) != set(self.current_gpus)
 
     @property
     def variability_class(self) -> str:

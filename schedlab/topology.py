@@ -23,7 +23,7 @@ from pathlib import Path
 import networkx as nx
 
 from schedlab.errors import ConfigError
-from schedlab.state import Cluster, Rack, Topology
+from schedlab.state import Cluster, GpuRef, Rack, Topology
 
 NVLINK_GBPS = 300.0  # GPU <-> its node (NVLink/PCIe switch)
 NODE_GBPS = 100.0  # node <-> rack switch (InfiniBand EDR)
@@ -31,7 +31,8 @@ RACK_GBPS = 200.0  # rack <-> spine
 
 
 def gpu_id(node: int | str, gpu: int) -> str:
-    return f"gpu:{node}/{gpu}"
+    """The graph's name of a GPU: ``gpu:`` and its id (GpuRef.key)."""
+    return f"gpu:{GpuRef(str(node), gpu).key}"
 
 
 def build_cluster(num_nodes: int, gpus_per_node: int, nodes_per_rack: int | None = None,

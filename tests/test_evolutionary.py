@@ -9,8 +9,8 @@ import pytest
 
 from schedlab.api import solve_round
 from schedlab.bench import random_round
+from schedlab.policies.evolutionary import Evolution, EvolutionConfig
 from schedlab.policies.ones import OnesPolicy
-from schedlab.solvers.evolutionary import Evolution, EvolutionConfig
 from schedlab.verify import problems
 
 MILP_TERMS = EvolutionConfig(fitness="milp", batch_rule="best", cap_growth=False, generations=30)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from schedlab.models.throughput import throughput
-from schedlab.state import BatchLimits, GradStats, ThroughputParams
+from schedlab.state import BatchLimits, GradStats, JobSpec, ThroughputParams
 
 BATCH_GRID_POINTS = 50
 _EPS = 1e-8  # tolerance of Pollux's floor/ceil on batch sizes
@@ -71,6 +71,12 @@ def split_fixed_batch(total_bsz: int, num_replicas: int, limits: BatchLimits) ->
     micro, accum = int(micro), int(accum)
     micro = min(micro, int(limits.max_bsz / (num_replicas * (accum + 1))))
     return max(micro, 1), accum
+
+
+def submitted_split(job: JobSpec, num_gpus: int) -> tuple[int, int]:
+    """(micro-batch, accumulation steps) of a job training at its submitted batch
+    (JobSpec.submitted_bsz) on `num_gpus` GPUs, as policies that do not adapt the batch run it."""
+    return split_fixed_batch(job.submitted_bsz, num_gpus, job.batch)
 
 
 # Shapes valued per block: a block's (grid x shapes) temporaries stay in cache. One call over all

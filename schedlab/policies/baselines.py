@@ -1,6 +1,6 @@
 """The classic baselines, as the Pollux artifact runs them (simulator/tiresias.py, optimus.py).
 
-All three train every job at the batch size its user submitted (JobSpec.fixed_bsz) and place
+All three train every job at the batch size its user submitted (JobSpec.submitted_bsz) and place
 new work greedily on the nodes with the most free GPUs; a job that keeps its GPU count keeps
 its GPUs.
 
@@ -26,7 +26,7 @@ from functools import lru_cache
 from typing import ClassVar
 
 from schedlab.formulations.packing import NodeState
-from schedlab.models.efficiency import goodput, split_fixed_batch
+from schedlab.models.efficiency import goodput, split_fixed_batch, submitted_split
 from schedlab.models.throughput import step_time_s
 from schedlab.policies.base import HEURISTIC
 from schedlab.state import BatchLimits, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, RoundResult, ThroughputParams
@@ -43,16 +43,15 @@ def fixed_allocation(job: JobSpec, gpus: tuple[GpuRef, ...]) -> JobAllocation:
     if not gpus:
         return JobAllocation(job.id)
     r = len(gpus)
-    micro, accum, value = _fixed_run(_params(job), job.grad_stats, job.batch, job.fixed_bsz, len({g.node for g in gpus}), r)
-    restarted = bool(job.current_gpus) and set(gpus) != set(job.current_gpus)
-    return JobAllocation(job.id, gpus, r * micro * (accum + 1), micro, accum, value, 0.0, restarted)
+    micro, accum, value = _fixed_run(_params(job), job.grad_stats, job.batch, job.submitted_bsz, len({g.node for g in gpus}), r)
+    return JobAllocation(job.id, gpus, r * micro * (accum + 1), micro, accum, value, 0.0, job.restarted_on(gpus))
 
 
 @lru_cache(maxsize=1 << 16)  # every round asks again for the same jobs on the same shapes
-def _fixed_run(params: ThroughputParams, grad: GradStats, batch: BatchLimits, fixed_bsz: int | None, nodes: int,
+def _fixed_run(params: ThroughputParams, grad: GradStats, batch: BatchLimits, submitted_bsz: int, nodes: int,
                r: int) -> tuple[int, int, float]:
     """Micro-batch, accumulation steps and goodput at the submitted batch on `nodes` x `r` GPUs."""
-    micro, accum = split_fixed_batch(fixed_bsz or batch.init_bsz, r, batch)
+    micro, accum = split_fixed_batch(submitted_bsz, r, batch)
     return micro, accum, float(goodput(params, grad, batch.init_bsz, nodes, r, micro, accum))
 
 
@@ -82,19 +81,9 @@ def _place(round_input: RoundInput, counts: dict[str, int], order: list[JobSpec]
     return out
 
 
-def _requested(job: JobSpec) -> int:
-    return job.requested_gpus or job.min_gpus
-
-
-def _submitted_split(job: JobSpec, num_gpus: int) -> tuple[int, int]:
-    """(micro-batch, accumulation steps) of the job at its submitted batch on num_gpus GPUs, as
-    these baselines run it (fixed_allocation)."""
-    return split_fixed_batch(job.fixed_bsz or job.batch.init_bsz, num_gpus, job.batch)
-
-
 def _runs_its_batch_on(job: JobSpec, num_gpus: int) -> bool:
     """Whether the job's submitted batch splits over num_gpus GPUs within its per-GPU limits."""
-    micro, _ = _submitted_split(job, num_gpus)
+    micro, _ = submitted_split(job, num_gpus)
     return job.batch.min_local_bsz <= micro <= job.batch.max_local_bsz
 
 
@@ -116,8 +105,8 @@ class TiresiasPolicy:
         queue1 = sorted((j for j in jobs if j.id in self._demoted), key=lambda j: self._demoted[j.id])
         left, counts = round_input.cluster.total_gpus, {}
         for job in queue0 + queue1:
-            if _requested(job) <= left:
-                counts[job.id] = _requested(job)
+            if job.gang_gpus <= left:
+                counts[job.id] = job.gang_gpus
                 left -= counts[job.id]
         return _result(round_input, self.name, _place(round_input, counts, queue0 + queue1), t0)
 
@@ -130,7 +119,7 @@ class OptimusPolicy:
 
     @staticmethod
     def predicted_step_s(job: JobSpec, num_replicas: int, gpus_per_node: int) -> float:
-        micro, accum = _submitted_split(job, num_replicas)
+        micro, accum = submitted_split(job, num_replicas)
         return float(step_time_s(_params(job), math.ceil(num_replicas / gpus_per_node), num_replicas, micro, accum))
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
@@ -176,8 +165,8 @@ class FifoPolicy:
         for job in arrival_order(round_input.jobs):
             if job.id in counts:
                 continue
-            if _requested(job) > left:
+            if job.gang_gpus > left:
                 break
-            counts[job.id] = _requested(job)
+            counts[job.id] = job.gang_gpus
             left -= counts[job.id]
         return _result(round_input, self.name, _place(round_input, counts, arrival_order(round_input.jobs)), t0)

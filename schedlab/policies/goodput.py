@@ -55,8 +55,8 @@ class GoodputPolicy:
         return replace(round_input, jobs=jobs, settings=self.settings)
 
     def sized(self, job: JobSpec) -> JobSpec:
-        gpus = job.requested_gpus or job.min_gpus
-        return replace(job, min_gpus=gpus, max_gpus=gpus) if self.gang else job
+        """The job as a gang policy sees it: on exactly its gang size (JobSpec.gang_gpus)."""
+        return replace(job, min_gpus=job.gang_gpus, max_gpus=job.gang_gpus) if self.gang else job
 
     def prepare(self, job: JobSpec) -> JobSpec:
         """The job as this policy's model sees it: opt-ins dropped unless the policy freezes."""

@@ -1,4 +1,4 @@
-"""`ones`: the ONES-style evolutionary search (solvers.evolutionary) as a policy.
+"""`ones`: the ONES-style evolutionary search (policies.evolutionary) as a policy.
 
 Jobs train at the batch the search allocates (linear scaling from the initial batch, capped),
 with at most 4x their requested GPUs (set by the replay, as ONES caps growth at 4x).
@@ -14,7 +14,7 @@ from typing import ClassVar
 import numpy as np
 
 from schedlab.policies.base import HEURISTIC
-from schedlab.solvers.evolutionary import Evolution, EvolutionConfig
+from schedlab.policies.evolutionary import Evolution, EvolutionConfig
 from schedlab.state import JobAllocation, RoundInput, RoundResult, Settings
 from schedlab.verify import verify
 
@@ -49,7 +49,7 @@ class OnesPolicy:
             allocations.append(JobAllocation(
                 job.id, gpus, int(vals.total_bsz[c]), int(vals.local_bsz[c]), int(vals.accum_steps[c]),
                 float(opts.goodput[c]), float(opts.speedup[c]),
-                restarted=job.running and set(gpus) != set(job.current_gpus)))
+                restarted=job.restarted_on(gpus)))
         verify(ri, tuple(allocations))
         return RoundResult(tuple(allocations), HEURISTIC, "evolutionary", float(objective), math.nan, math.nan, 0.0,
                            time.perf_counter() - t0, True, f"{generations} generations")

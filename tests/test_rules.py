@@ -1,0 +1,62 @@
+"""The rules of the domain, each written once beside its dataclass, and every policy following it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from schedlab.api import solve_round
+from schedlab.models.efficiency import split_fixed_batch
+from schedlab.models.profiles import shipped_profiles
+from schedlab.policies import make_policy
+from schedlab.state import Cluster, GpuRef, JobSpec, Node, RoundInput, Settings
+
+
+def _job(**fields) -> JobSpec:
+    prof = shipped_profiles()["cifar10"]
+    return JobSpec("a", {"default": prof.params}, prof.grad_stats, prof.batch, min_gpus=1, max_gpus=8,
+                   application="cifar10", **fields)
+
+
+def test_the_submitted_batch_is_the_fixed_then_the_requested_then_the_initial_batch():
+    job = _job(requested_gpus=2, requested_bsz=256)
+    assert job.submitted_bsz == 256
+    assert replace(job, fixed_bsz=512).submitted_bsz == 512
+    assert replace(job, requested_bsz=None).submitted_bsz == job.batch.init_bsz
+
+
+def test_gang_size_is_the_request_else_the_minimum():
+    assert _job(requested_gpus=4).gang_gpus == 4
+    assert replace(_job(), min_gpus=2).gang_gpus == 2
+
+
+def test_a_job_restarts_only_when_it_runs_elsewhere():
+    here = (GpuRef("n0", 0), GpuRef("n0", 1))
+    running = _job(current_gpus=here)
+    assert not running.restarted_on(tuple(reversed(here)))
+    assert running.restarted_on((GpuRef("n0", 0),))
+    assert not _job().restarted_on(here)
+
+
+def test_the_fair_share_is_the_cluster_over_its_jobs_rounded_up():
+    cluster = Cluster((Node("n0", 4), Node("n1", 3)))
+    assert RoundInput(cluster, (_job(), replace(_job(), id="b"))).fair_share_gpus == 4
+    assert RoundInput(cluster, ()).fair_share_gpus == 7
+
+
+@pytest.mark.parametrize("how", ["tiresias", "fifo", "placement"])
+def test_fixed_batch_policies_train_at_the_requested_batch_when_none_is_fixed(how):
+    """Without fixed_bsz, the gang baselines and PAL's placement train at the user's requested_bsz
+    (the two copies of this rule once disagreed: the baselines took the initial batch)."""
+    job = _job(requested_gpus=2, requested_bsz=256)
+    assert job.batch.init_bsz != 256
+    ri = RoundInput(Cluster((Node("n0", 4),)), (job,))
+    if how == "placement":
+        result = solve_round(replace(ri, settings=Settings(formulation="placement")))
+    else:
+        result = make_policy(how).schedule(ri)
+    micro, accum = split_fixed_batch(256, 2, job.batch)
+    alloc = result.allocation("a")
+    assert (alloc.num_gpus, alloc.local_bsz, alloc.accum_steps) == (2, micro, accum)
+    assert alloc.total_bsz == 2 * micro * (accum + 1)
