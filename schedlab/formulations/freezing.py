@@ -4,36 +4,60 @@ Follows IceFrog's idea (schedule on layer-aware throughput x (1 - frozen penalty
 accuracy budget) with our own throughput and penalty models (models.freezing); the capacity
 model, fairness and restart factor are the goodput model's (goodput.py), unchanged.
 
-Sets
-    J, C_j, Grp, ...  as in goodput.py;  F_j = {min_frozen_j, ..., max_frozen_j}  freeze levels of
-                      job j ({0} for a job that does not opt in)
-Parameters (for option c of job j and level k in F_j)
-    g_ck      goodput with the first k layer groups frozen, at its best batch: Pollux's model
-              with compute scaled by c_k and sync by s_k (models.freezing.scaled_params)
-    pi_jk     frozen penalty at the job's progress q_j: pi(phi_k, q_j)
-    e_ck      effective speedup  g_ck (1 - pi_jk) / g_j(fair share, unfrozen) x restart factor
-    u_ck      U(e_ck), the goodput model's utility (p-mean; max-min uses e_ck)
-    d_ck      penalty spent this round  pi_jk * g_ck (1 - pi_jk) * round_s / (M0_j * N_j),
-              N_j = training length in steps at the initial batch M0_j (progress this round
-              times the penalty rate: the job's total penalty is the integral of pi dq)
-    b_j       the job's budget left
-Variables
-    x_ck in {0, 1}      option c is chosen at freeze level k (and goodput.py's w, t)
-Objective
-    maximize  sum_j U0_j + sum_{c,k} (u_ck - U0_j) x_ck          (p-mean; max-min as goodput.py)
-Constraints
-    (one)     sum_{c in C_j, k in F_j} x_ck <= 1                                     for j in J
-    (budget)  sum_{c in C_j, k in F_j} d_ck x_ck <= b_j                              for j in J
-    (level), (slots), (minspd) of goodput.py, with a_c, z_c, h_kc independent of k
+**Sets**
 
-Reduction (exact). By (one) a job picks at most one (c, k), so (budget) reads d_ck <= b_j for the
-chosen pair: it removes pairs, it couples nothing. And since capacity does not depend on k, of
-the admissible levels of one configuration c only the best, k*(c) = argmax_{k in F_j, d_ck <=
-b_j} u_ck, can be in an optimum. So the model is goodput.py's over the options (c, k*(c)): the
-same size as without freezing, solved by the same code. Level 0 spends nothing and is in F_j
-unless the job forbids it (min_frozen > 0), so the round's optimum with freezing is never below
-the one without. What we changed from IceFrog: everything about the penalty (ours), and
-layer-group rather than per-layer freezing (4-6 groups per network).
+- $J, C_j, \mathit{Grp}, \dots$ as in goodput.py;
+  $F_j = \{\mathit{min\_frozen}_j, \dots, \mathit{max\_frozen}_j\}$ freeze levels of job $j$
+  ($\{0\}$ for a job that does not opt in)
+
+**Parameters** (for option $c$ of job $j$ and level $k \in F_j$)
+
+- $g_{ck}$ goodput with the first $k$ layer groups frozen, at its best batch: Pollux's model
+  with compute scaled by $c_k$ and sync by $s_k$ (models.freezing.scaled_params)
+- $\pi_{jk}$ frozen penalty at the job's progress $q_j$: $\pi(\phi_k, q_j)$
+- $e_{ck}$ effective speedup
+  $g_{ck} \, (1 - \pi_{jk}) / g_j(\text{fair share, unfrozen}) \times \text{restart factor}$
+- $u_{ck}$ $U(e_{ck})$, the goodput model's utility (p-mean; max-min uses $e_{ck}$)
+- $d_{ck}$ penalty spent this round
+  $\pi_{jk} \, g_{ck} \, (1 - \pi_{jk}) \, \mathit{round\_s} / (M0_j \, N_j)$,
+  $N_j$ = training length in steps at the initial batch $M0_j$ (progress this round times the
+  penalty rate: the job's total penalty is the integral of $\pi \, dq$)
+- $b_j$ the job's budget left
+
+**Variables**
+
+- $x_{ck} \in \{0, 1\}$: option $c$ is chosen at freeze level $k$ (and goodput.py's $w$, $t$)
+
+**Objective** (p-mean; max-min as goodput.py)
+
+$$
+\max \; \sum_j U0_j + \sum_{c, k} \bigl(u_{ck} - U0_j\bigr) \, x_{ck}
+$$
+
+**Constraints**
+
+$$
+\begin{aligned}
+&\text{(one)}    && \sum_{c \in C_j,\ k \in F_j} x_{ck} \le 1             && j \in J \\
+&\text{(budget)} && \sum_{c \in C_j,\ k \in F_j} d_{ck} \, x_{ck} \le b_j && j \in J
+\end{aligned}
+$$
+
+and (level), (slots), (minspd) of goodput.py, with $a_c$, $z_c$, $h_{kc}$ independent of $k$.
+
+**Reduction (exact).** By (one) a job picks at most one $(c, k)$, so (budget) reads
+$d_{ck} \le b_j$ for the chosen pair: it removes pairs, it couples nothing. And since capacity
+does not depend on $k$, of the admissible levels of one configuration $c$ only the best,
+
+$$
+k^*(c) = \operatorname*{argmax}_{k \in F_j,\ d_{ck} \le b_j} u_{ck},
+$$
+
+can be in an optimum. So the model is goodput.py's over the options $(c, k^*(c))$: the same
+size as without freezing, solved by the same code. Level 0 spends nothing and is in $F_j$
+unless the job forbids it ($\mathit{min\_frozen} > 0$), so the round's optimum with freezing is
+never below the one without. What we changed from IceFrog: everything about the penalty (ours),
+and layer-group rather than per-layer freezing (4-6 groups per network).
 """
 
 from __future__ import annotations

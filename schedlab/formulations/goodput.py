@@ -5,42 +5,67 @@ factor) and Sia (Jayaram Subramanya et al., SOSP'23: one binary per job configur
 unallocated penalty). What we changed: the configuration shapes of options.py, and an exact
 capacity model for them that also lets running jobs stay on their exact GPUs (below).
 
-Sets
-    J                 jobs;  C_j  candidate options of job j (options.py);  C = U_j C_j
-    Grp               node groups (GPU type, G GPUs per node);  K_g  nodes of group g
-    L_g               divisibility chain of group g's single-node sizes, e.g. {1, 2, 4}
-    Stay              stay options (a running job keeps its exact GPUs);  S_k  those holding
-                      GPUs on node k;  K1_g / K2_g  nodes of g with exactly one / several
-    New_g             non-stay options placed in group g
-Parameters
-    u_c     utility of option c (options.utility of its penalized speedup s'_c)
-    U0_j    utility of leaving job j unallocated;   s'_c  penalized speedup (max-min)
-    a_c     GPUs of option c;  z_c  GPUs per node of c (a_c on one node, G for whole nodes)
-    h_kc    GPUs stay option c holds on node k
-Variables
-    x_c in {0, 1}          option c is chosen
-    w_kd in Z, >= 0        d-sized slots left free on a node with several stayers, k in K2_g
-    0 <= t <= max s'       (max-min only) the smallest speedup; t = 0 when |J| > GPUs
-Objective
-    p > -inf:  maximize  sum_j U0_j + sum_c (u_c - U0_j(c)) x_c
-    p = -inf:  maximize  M * t + [the p = 1 objective],     M = 1000 |J|
-               (max-min, ties broken by total utility; the same as t + eps * [...] with
-               eps = 1/M, but with eps ~ 1e-4 HiGHS 1.12 stopped up to 1e-4 short of the
-               optimum on tiny rounds: its absolute tolerances swallowed the tie-break)
-Constraints
-    (one)    sum_{c in C_j} x_c <= 1                                             for j in J
-    (level)  sum_{c in New_g, z_c >= d} (a_c / d) x_c
-               + sum_{k in K1_g} sum_{c in S_k} ceil(h_kc / d) x_c
-               - sum_{k in K2_g} w_kd  <=  |K_g \ K2_g| * G / d                   for g, d in L_g
-    (slots)  d * w_kd + sum_{c in S_k} h_kc x_c <= G                             for k in K2_g, d
-    (minspd) t <= sum_{c in C_j} s'_c x_c                                        for j in J (max-min)
+**Sets**
 
-Why (level) is exact. Let r_k be node k's GPUs not held by stayers. Items whose sizes form a
-divisibility chain pack into nodes with free r_k iff for every level d the items of size >= d
-need at most sum_k floor(r_k / d) slots of size d (necessity: such items are multiples of d;
-sufficiency: largest-first placement, see packing.py). floor(r_k / d) is G/d for a node without
-stayers, G/d - ceil(h/d) x for a node with one (linear, since d | G), and w_kd, bounded by
-(slots), for a node with several. Decoding therefore never fails; the verifier checks anyway.
+- $J$ jobs; $C_j$ candidate options of job $j$ (options.py); $C = \bigcup_j C_j$
+- $\mathit{Grp}$ node groups (GPU type, $G$ GPUs per node); $K_g$ nodes of group $g$
+- $L_g$ divisibility chain of group $g$'s single-node sizes, e.g. $\{1, 2, 4\}$
+- $\mathit{Stay}$ stay options (a running job keeps its exact GPUs); $S_k$ those holding
+  GPUs on node $k$; $K1_g$ / $K2_g$ nodes of $g$ with exactly one / several
+- $\mathit{New}_g$ non-stay options placed in group $g$
+
+**Parameters**
+
+- $u_c$ utility of option $c$ (options.utility of its penalized speedup $s'_c$)
+- $U0_j$ utility of leaving job $j$ unallocated; $s'_c$ penalized speedup (max-min)
+- $a_c$ GPUs of option $c$; $z_c$ GPUs per node of $c$ ($a_c$ on one node, $G$ for whole nodes)
+- $h_{kc}$ GPUs stay option $c$ holds on node $k$
+
+**Variables**
+
+- $x_c \in \{0, 1\}$: option $c$ is chosen
+- $w_{kd} \in \mathbb{Z}_{\ge 0}$: $d$-sized slots left free on a node with several stayers,
+  $k \in K2_g$
+- $0 \le t \le \max s'$ (max-min only): the smallest speedup; $t = 0$ when $|J| >$ GPUs
+
+**Objective**
+
+$$
+\begin{aligned}
+p > -\infty: &\quad \max \; \sum_j U0_j + \sum_c \bigl(u_c - U0_{j(c)}\bigr) \, x_c \\
+p = -\infty: &\quad \max \; M t + [\text{the } p = 1 \text{ objective}], \qquad M = 1000 \, |J|
+\end{aligned}
+$$
+
+(max-min, ties broken by total utility; the same as $t + \epsilon \cdot [\dots]$ with
+$\epsilon = 1/M$, but with $\epsilon \approx 10^{-4}$ HiGHS 1.12 stopped up to $10^{-4}$ short
+of the optimum on tiny rounds: its absolute tolerances swallowed the tie-break)
+
+**Constraints**
+
+$$
+\begin{aligned}
+&\text{(one)}    && \sum_{c \in C_j} x_c \le 1
+                 && j \in J \\
+&\text{(level)}  && \sum_{c \in \mathit{New}_g,\ z_c \ge d} \frac{a_c}{d} \, x_c
+                    + \sum_{k \in K1_g} \sum_{c \in S_k} \left\lceil \frac{h_{kc}}{d} \right\rceil x_c
+                    - \sum_{k \in K2_g} w_{kd} \le |K_g \setminus K2_g| \, \frac{G}{d}
+                 && g \in \mathit{Grp},\ d \in L_g \\
+&\text{(slots)}  && d \, w_{kd} + \sum_{c \in S_k} h_{kc} \, x_c \le G
+                 && k \in K2_g,\ d \in L_g \\
+&\text{(minspd)} && t \le \sum_{c \in C_j} s'_c \, x_c
+                 && j \in J \text{ (max-min)}
+\end{aligned}
+$$
+
+**Why (level) is exact.** Let $r_k$ be node $k$'s GPUs not held by stayers. Items whose sizes
+form a divisibility chain pack into nodes with free $r_k$ iff for every level $d$ the items of
+size $\ge d$ need at most $\sum_k \lfloor r_k / d \rfloor$ slots of size $d$ (necessity: such
+items are multiples of $d$; sufficiency: largest-first placement, see packing.py).
+$\lfloor r_k / d \rfloor$ is $G/d$ for a node without stayers,
+$G/d - \lceil h/d \rceil \, x$ for a node with one (linear, since $d \mid G$), and $w_{kd}$,
+bounded by (slots), for a node with several. Decoding therefore never fails; the verifier
+checks anyway.
 """
 
 from __future__ import annotations

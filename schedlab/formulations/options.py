@@ -1,27 +1,38 @@
-"""Candidate configurations of each job and their value: shared by every goodput-style model.
+r"""Candidate configurations of each job and their value: shared by every goodput-style model.
 
-Shapes (after Sia, SOSP'23). Nodes are grouped by (GPU type, GPUs per node G). In a group a
-job may take
-  - one node, d GPUs, with d in the group's divisibility chain L(G) = {1, 2, 4, ..., 2^k, G}
-    (powers of two dividing G, then G): every size divides the next;
-  - n >= 2 whole nodes (n * G GPUs), n in {2, 3, 4, 6, 8, 12, 16, 24, ...} and the group's size
-    (steps of at most 1.5x: O(log N) options instead of Sia's O(N), which at 2,048 GPUs made
-    building and solving the round ~10x slower for speedups that differ by < 1.5x);
-  - for a running job, also its exact current GPUs (the "stay" option).
+**Shapes** (after Sia, SOSP'23). Nodes are grouped by (GPU type, GPUs per node $G$). In a group
+a job may take
+
+- one node, $d$ GPUs, with $d$ in the group's divisibility chain
+  $L(G) = \{1, 2, 4, \dots, 2^k, G\}$ (powers of two dividing $G$, then $G$): every size divides
+  the next;
+- $n \ge 2$ whole nodes ($n G$ GPUs), $n \in \{2, 3, 4, 6, 8, 12, 16, 24, \dots\}$ and the
+  group's size (steps of at most 1.5x: $O(\log N)$ options instead of Sia's $O(N)$, which at
+  2,048 GPUs made building and solving the round ~10x slower for speedups that differ by
+  < 1.5x);
+- for a running job, also its exact current GPUs (the "stay" option).
+
 Chain sizes make the counting constraints of the round model exact (see goodput.py): any set
 of chain-sized items whose per-level counts fit can be packed onto concrete nodes.
 
-Value. For option c of job j with best-batch goodput g_jc (models.efficiency.best_batch):
-  speedup       s_jc  = g_jc / g_j(fair share),   fair share = ceil(total GPUs / jobs) GPUs,
-                                                  clipped to the job's [min, max], on fewest nodes
-  restart       s'_jc = s_jc * f_j for a running job's non-stay options (it moves), where
-                f_j = max(age_j - S * restarts_j, 0) / (age_j + S)           (Pollux's factor)
-  utility       U(s)  = s^p (p > 0), log s (p = 0), -s^p (p < 0); max-min uses U(s) = s
-  unallocated   U0_j  = U(smin_j) - (lambda - 1) * |U(smin_j)|, smin_j = min_c s_jc
-U0 makes leaving a job out lambda times worse than its worst option; with Sia's
-normalization (smallest option = 1) and p < 0 this is exactly Sia's lambda_n = 1.1.
-Options whose goodput or penalized speedup is 0 are dropped (a job younger than S*restarts
-cannot move).
+**Value.** For option $c$ of job $j$ with best-batch goodput $g_{jc}$
+(models.efficiency.best_batch):
+
+- speedup: $s_{jc} = g_{jc} / g_j(\text{fair share})$, fair share
+  $= \lceil \text{total GPUs} / \text{jobs} \rceil$ GPUs, clipped to the job's [min, max], on
+  fewest nodes
+- restart: $s'_{jc} = s_{jc} \, f_j$ for a running job's non-stay options (it moves), where
+  $f_j = \max(\mathit{age}_j - S \cdot \mathit{restarts}_j, 0) / (\mathit{age}_j + S)$
+  (Pollux's factor)
+- utility: $U(s) = s^p$ ($p > 0$), $\log s$ ($p = 0$), $-s^p$ ($p < 0$); max-min uses
+  $U(s) = s$
+- unallocated: $U0_j = U(\mathit{smin}_j) - (\lambda - 1) \, |U(\mathit{smin}_j)|$,
+  $\mathit{smin}_j = \min_c s_{jc}$
+
+$U0$ makes leaving a job out $\lambda$ times worse than its worst option; with Sia's
+normalization (smallest option = 1) and $p < 0$ this is exactly Sia's $\lambda_n = 1.1$.
+Options whose goodput or penalized speedup is 0 are dropped (a job younger than
+$S \cdot \mathit{restarts}$ cannot move).
 """
 
 from __future__ import annotations
