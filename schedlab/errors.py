@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["ConfigError", "DecodeError", "InputError", "SchedlabError", "SolverError", "VerificationError"]
+
 
 class SchedlabError(Exception):
     """Base class of every error schedlab raises on purpose."""

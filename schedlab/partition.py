@@ -33,6 +33,8 @@ import numpy as np
 
 from schedlab.state import Cluster, RoundInput, RoundResult, Status, Topology
 
+__all__ = ["JOBS_PER_PART", "PARTITIONED", "PART_SHARE", "auto_partitions", "solve_partitioned", "split_round"]
+
 PARTITIONED = Status.PARTITIONED
 JOBS_PER_PART = 10_000  # auto: parts of at most this many jobs (one solves in ~3 s on one core)
 

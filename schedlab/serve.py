@@ -50,6 +50,8 @@ from schedlab.errors import InputError, SchedlabError
 from schedlab.solvers.registry import array_solver_names
 from schedlab.state import Settings
 
+__all__ = ["ServeConfig", "make_app", "openapi", "serve", "solve_request"]
+
 SCHEMAS = Path(__file__).parent / "schemas"
 STATE_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")  # a policy state's name
 
@@ -111,12 +113,14 @@ class Admission:
         self.capacity, self.in_flight = capacity, 0
 
     def try_enter(self) -> bool:
+        """Admit one more round if below capacity; False when full (the caller answers 503)."""
         if self.in_flight >= self.capacity:
             return False
         self.in_flight += 1
         return True
 
     def leave(self) -> None:
+        """An admitted round has finished."""
         self.in_flight -= 1
 
 
@@ -170,6 +174,8 @@ def openapi() -> dict[str, Any]:
 
 @dataclass
 class PolicyState:
+    """A policy kept under a state_id: its registry name, the instance, and a lock (one round at a time)."""
+
     name: str
     policy: Any
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one round at a time: rounds change the state
@@ -207,6 +213,7 @@ async def read_body(request: Request, limit: int) -> bytes | None:
 
 
 def make_app(config: ServeConfig) -> Starlette:
+    """The Starlette application serving the module docstring's API under the operator's `config`."""
     admission = Admission(config.workers + config.queue)
 
     def too_large() -> Response:

@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
 
+__all__ = ["APP_CLASS", "DEFAULT_CLASS", "BatchLimits", "Cluster", "FreezePenalty", "FreezeSpec", "GpuRef", "GradStats",
+           "JobAllocation", "JobSpec", "LayerGroup", "Node", "Rack", "RoundInput", "RoundResult", "Settings", "Status",
+           "ThroughputParams", "Topology", "variability_class"]
+
 # PAL's application classes (models.variability) of the shipped applications: ResNet-like CNNs
 # are class A, BERT-like (and, our choice, the RNN DeepSpeech2) class B, and NCF, memory-bound
 # like PageRank, class D (our choice).
@@ -38,6 +42,7 @@ class Node:
     slowdown: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
     def gpu_slowdown(self, gpu: int, app_class: str) -> float:
+        """The slowdown factor of GPU index `gpu` for jobs of `app_class` (1.0 where not listed)."""
         factors = self.slowdown.get(app_class)
         return float(factors[gpu]) if factors else 1.0
 
@@ -76,10 +81,12 @@ class Cluster:
     # keeps cached_property's value in its __dict__, outside the fields)
     @cached_property
     def total_gpus(self) -> int:
+        """GPUs of every node together."""
         return sum(n.gpus for n in self.nodes)
 
     @cached_property
     def gpu_types(self) -> frozenset[str]:
+        """The GPU types of the nodes."""
         return frozenset(n.gpu_type for n in self.nodes)
 
     @cached_property
@@ -89,6 +96,7 @@ class Cluster:
 
     @property
     def has_variability(self) -> bool:
+        """Whether some node lists slowdown factors (PAL's per-GPU variability)."""
         return any(n.slowdown for n in self.nodes)
 
 
@@ -107,7 +115,19 @@ class GpuRef:
 
 @dataclass(frozen=True)
 class ThroughputParams:
-    """Pollux's 7-parameter step-time model (see schedlab.models.throughput)."""
+    """Pollux's 7-parameter step-time model of one job on one GPU type (schedlab.models.throughput).
+
+    Attributes
+    ----------
+    alpha_c, beta_c : float
+        Compute time of one micro-step, alpha_c + beta_c * micro-batch: seconds, seconds per example.
+    alpha_n, beta_n : float
+        All-reduce across nodes, alpha_n + beta_n * max(GPUs - 2, 0): seconds, seconds per GPU.
+    alpha_r, beta_r : float
+        The same within one node (PCIe or NVLink).
+    gamma : float
+        Overlap of compute and sync, >= 1: (T_c^gamma + T_n^gamma)^(1/gamma); 1 is none.
+    """
 
     alpha_c: float
     beta_c: float
@@ -120,7 +140,13 @@ class ThroughputParams:
 
 @dataclass(frozen=True)
 class GradStats:
-    """Gradient statistics at the job's initial batch size: |E[g]|^2 and per-example variance."""
+    """Gradient statistics at the job's initial batch size M0 (Pollux's GradParams).
+
+    sqr = |E[g]|^2, the squared norm of the true gradient; var = tr(Sigma) / M0, the variance
+    of the gradient estimated from one batch of M0 examples (Sigma: the per-example gradient
+    covariance). Their ratio gives the gradient noise scale, M0 var / sqr examples
+    (models.efficiency).
+    """
 
     sqr: float
     var: float
@@ -128,7 +154,13 @@ class GradStats:
 
 @dataclass(frozen=True)
 class BatchLimits:
-    """Batch-size bounds of a job: initial (reference) batch, largest total, per-GPU range."""
+    """Batch-size bounds of a job, in examples.
+
+    init_bsz: the initial (reference) total batch M0, at which its gradient statistics and
+    training length are measured; max_bsz: the largest total batch it trains at;
+    min_local_bsz, max_local_bsz: the per-GPU micro-batch range (the upper end what fits in
+    one GPU's memory; larger batches accumulate gradients).
+    """
 
     init_bsz: int
     max_bsz: int
@@ -179,6 +211,7 @@ class FreezeSpec:
 
     @property
     def top_level(self) -> int:
+        """The highest freeze level allowed: max_frozen, else all groups but the last."""
         return len(self.groups) - 1 if self.max_frozen is None else self.max_frozen
 
 
@@ -261,6 +294,9 @@ class Settings:
        (solvers.highs_direct); False runs the full MIP.
     partitions: split the round into this many parts solved in parallel (schedlab.partition,
        POP); 0 chooses from the round's size (1 up to 10,000 jobs), 1 never splits.
+    time_limit_s: wall-clock seconds for the whole round, building the model included.
+    mip_gap: relative optimality gap at which a solver stops; status "optimal" means within it.
+    seed: the solvers' random seed.
     solver_options: (name, value) pairs handed to the solver in its own option names, after
        schedlab's (so they win): HiGHS options for highs and appsi_highs, CP-SAT parameters for
        cpsat, the program's options for cbc, glpk, ... (portfolio, which runs two solvers,
@@ -282,6 +318,7 @@ class Settings:
 
     @property
     def max_min(self) -> bool:
+        """Whether p = -inf: maximize the smallest speedup (ties broken by the total)."""
         return math.isinf(self.p) and self.p < 0
 
 
@@ -319,10 +356,12 @@ class JobAllocation:
 
     @property
     def num_gpus(self) -> int:
+        """GPUs held (0: unallocated)."""
         return len(self.gpus)
 
     @property
     def num_nodes(self) -> int:
+        """Nodes the GPUs are on."""
         return len({g.node for g in self.gpus})
 
 
@@ -359,6 +398,7 @@ class RoundResult:
     options_s: float = 0.0
 
     def allocation(self, job_id: str) -> JobAllocation:
+        """The allocation of job `job_id` (KeyError if the round has no such job)."""
         for a in self.allocations:
             if a.job_id == job_id:
                 return a

@@ -8,10 +8,20 @@ from __future__ import annotations
 from schedlab.errors import VerificationError
 from schedlab.state import JobAllocation, RoundInput
 
+__all__ = ["problems", "verify"]
+
 
 def problems(round_input: RoundInput, allocations: tuple[JobAllocation, ...], budgets: bool = True) -> list[str]:
-    """Every rule broken; `budgets=False` leaves freezing budgets out (a replay lets a budget-blind
-    policy overspend, and counts it)."""
+    """Every rule the allocations break, one message each (empty: valid).
+
+    The rules: one allocation per job of the round and none for other jobs; GPUs that exist,
+    each held by one job; GPU counts within [min_gpus, max_gpus] on one GPU type the job has a
+    model for; total batch = GPUs x local batch x (accumulation steps + 1), the local batch
+    within its limits and the total at most max(max_bsz, fixed_bsz); freeze levels only for
+    jobs that opt in, within [min_frozen, top_level], and their penalty within the budget left.
+    `budgets=False` leaves the budgets out (a replay lets a budget-blind policy overspend, and
+    counts it).
+    """
     cluster = round_input.cluster
     index = cluster.node_index
     jobs = {j.id: j for j in round_input.jobs}

@@ -19,9 +19,13 @@ import torch
 
 from schedlab.calibrate.zoo import ZooModel
 
+__all__ = ["Measurement", "device_name", "measure", "time_steps"]
+
 
 @dataclass(frozen=True)
 class Measurement:
+    """One model timed at one local batch and freeze level on one device (a row of a calibration table)."""
+
     model: str
     device: str
     gpu_type: str

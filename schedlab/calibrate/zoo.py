@@ -21,6 +21,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+__all__ = ["APPLICATION", "ZOO", "ZooModel", "build"]
+
 
 @dataclass(frozen=True)
 class ZooModel:
@@ -83,6 +85,7 @@ def _classifier(stem: nn.Module, stages: list[nn.Module], head: nn.Module, hw: i
 
 
 def resnet18_cifar() -> ZooModel:
+    """ResNet-18, CIFAR variant (3x3 stem, 32x32 inputs, 10 classes), in models.freezing's 4 groups."""
     stem = nn.Sequential(nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU())
     stages, c = _stages(_Basic, [(64, 2), (128, 2), (256, 2), (512, 2)], 64, 1)
     m = _classifier(stem, stages, nn.Linear(c, 10), 32, 10)
@@ -90,6 +93,7 @@ def resnet18_cifar() -> ZooModel:
 
 
 def resnet50() -> ZooModel:
+    """ResNet-50 for ImageNet (224x224, 1,000 classes), torchvision's where installed; 4 groups."""
     try:
         from torchvision.models import resnet50 as tv_resnet50
     except ImportError:
@@ -135,6 +139,10 @@ def _layer_groups(embed: tuple[nn.Module, ...], layers, head: nn.Module, per_gro
 
 
 def bert_base(seq_len: int = 384) -> ZooModel:
+    """BERT-base for SQuAD at `seq_len` tokens (span start and end loss), transformers' where installed.
+
+    Groups: the embeddings, then the encoder layers three at a time (the head with the last).
+    """
     vocab = 30522
 
     def batch(bsz: int, gen: torch.Generator, device: str):
@@ -164,6 +172,7 @@ def bert_base(seq_len: int = 384) -> ZooModel:
 
 
 def gpt2_small(seq_len: int = 1024) -> ZooModel:
+    """A GPT-2-small-like causal decoder on `seq_len` tokens, next-token loss; groups as bert_base's."""
     vocab = 50257
     net = _Transformer(vocab, seq_len, 12, 768, 12, 3072, vocab, causal=True)
 
@@ -193,6 +202,7 @@ class _NeuMF(nn.Module):
 
 
 def ncf(users: int = 6040, items: int = 3706) -> ZooModel:
+    """NeuMF for `users` x `items`, binary cross-entropy; groups: embeddings, MLP, prediction."""
     net = _NeuMF(users, items)
 
     def batch(bsz: int, gen: torch.Generator, device: str):
@@ -204,6 +214,7 @@ def ncf(users: int = 6040, items: int = 3706) -> ZooModel:
 
 
 def tiny_mlp() -> ZooModel:
+    """A 32-64-64-4 MLP for tests, one group per layer."""
     layers = [nn.Sequential(nn.Linear(32, 64), nn.ReLU()), nn.Sequential(nn.Linear(64, 64), nn.ReLU()), nn.Linear(64, 4)]
     net = nn.Sequential(*layers)
 
@@ -220,6 +231,7 @@ APPLICATION = {"resnet18": "cifar10", "resnet50": "imagenet", "bert-base": "bert
 
 
 def build(name: str, seed: int = 0) -> ZooModel:
+    """A fresh zoo model by name, its random weights drawn after torch.manual_seed(seed)."""
     if name not in ZOO:
         raise KeyError(f"unknown model {name!r}; use one of {', '.join(sorted(ZOO))}")
     torch.manual_seed(seed)

@@ -27,6 +27,8 @@ from schedlab.state import JobAllocation, RoundInput
 if TYPE_CHECKING:
     import pyomo.environ as pyo
 
+__all__ = ["CustomizedModel", "compile_arrays"]
+
 
 @dataclass(frozen=True)
 class CustomizedModel(OneModel):
@@ -43,6 +45,7 @@ class CustomizedModel(OneModel):
 
     @property
     def round_input(self) -> RoundInput:
+        """The round of the unchanged model."""
         return self.inner.round_input
 
     @cached_property
@@ -52,6 +55,7 @@ class CustomizedModel(OneModel):
         return m
 
     def pyomo(self) -> pyo.ConcreteModel:
+        """The changed Pyomo model (built and changed once)."""
         return self._pyomo
 
     @cached_property
@@ -59,13 +63,16 @@ class CustomizedModel(OneModel):
         return compile_arrays(self._pyomo, self.inner.arrays())
 
     def arrays(self) -> MilpArrays:
+        """The changed model as arrays (`compile_arrays`): model.columns first, new variables after."""
         return self._compiled[0]
 
     def start(self) -> np.ndarray | None:
+        """The unchanged model's start where it satisfies the changed model, else None."""
         start = self.inner.start()
         return start if _satisfies(self._pyomo, start) else None
 
     def decode(self, values: np.ndarray) -> tuple[JobAllocation, ...]:
+        """The unchanged model's decoding: allocations follow from model.columns alone."""
         return self.inner.decode(values)
 
     def objective(self, values: np.ndarray) -> float:
@@ -82,6 +89,7 @@ class CustomizedModel(OneModel):
         return float(pyo.value(next(self._pyomo.component_data_objects(pyo.Objective, active=True))))
 
     def fallback(self) -> np.ndarray:
+        """The unchanged model's greedy point (solve_round verifies it against the round's rules)."""
         return self.inner.fallback()
 
 

@@ -71,10 +71,13 @@ from schedlab.formulations.options import OptionSet, enumerate_options, utility
 from schedlab.models.freezing import level_penalties, level_scales
 from schedlab.state import JobSpec, RoundInput
 
+__all__ = ["enumerate_freeze_options", "fold_freeze_levels", "has_freezing"]
+
 _BUDGET_TOL = 1e-12  # floating-point slack on d_ck <= b_j
 
 
 def has_freezing(round_input: RoundInput) -> bool:
+    """Whether some job of the round opts in to layer freezing."""
     return any(job.freezing is not None for job in round_input.jobs)
 
 

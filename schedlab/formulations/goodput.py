@@ -87,6 +87,9 @@ from schedlab.state import JobAllocation, RoundInput
 if TYPE_CHECKING:
     import pyomo.environ as pyo
 
+__all__ = ["GoodputModel", "allocation_objective", "build_arrays", "build_pyomo", "decode", "goodput_model",
+           "max_min_upper", "max_min_weight", "min_job_speedup", "objective_value", "option_labels", "start_point"]
+
 
 @dataclass(frozen=True)
 class Structure:
@@ -110,6 +113,7 @@ def max_min_weight(opts: OptionColumns) -> float:
 
 
 def structure(opts: OptionSet) -> Structure:
+    """The index sets of the module docstring: z_c, the nodes of K1 and K2 with their stayers' h_kc, each node's group."""
     holders: dict[int, list[tuple[int, int]]] = {}
     for j, counts in opts.stay_nodes.items():
         c = opts.stay_option(j)
@@ -328,24 +332,31 @@ class GoodputModel(OneModel):
 
     @property
     def round_input(self) -> RoundInput:
+        """The round the options were enumerated from."""
         return self.opts.round_input
 
     def arrays(self) -> MilpArrays:
+        """The model as arrays (`build_arrays`), warm-started where every running job stays."""
         return build_arrays(self.opts)
 
     def pyomo(self) -> pyo.ConcreteModel:
+        """The same model in Pyomo (`build_pyomo`)."""
         return build_pyomo(self.opts)
 
     def start(self) -> np.ndarray:
+        """Every running job stays (`start_point`), in the array layout."""
         return start_point(self.opts)
 
     def chosen(self, values: np.ndarray) -> np.ndarray:
+        """The options a point chooses: a mask of its x columns above 1/2."""
         return np.asarray(values[: self.opts.num_options]) > 0.5
 
     def decode(self, values: np.ndarray) -> tuple[JobAllocation, ...]:
+        """Concrete GPUs and batches of the chosen options (`decode`); DecodeError if they do not pack."""
         return decode(self.opts, self.chosen(values))
 
     def objective(self, values: np.ndarray) -> float:
+        """The model's objective at the chosen options (`objective_value`)."""
         return objective_value(self.opts, self.chosen(values))
 
     def fallback(self) -> np.ndarray:

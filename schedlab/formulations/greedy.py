@@ -12,6 +12,8 @@ import numpy as np
 from schedlab.formulations.options import OptionSet
 from schedlab.formulations.packing import NodeState
 
+__all__ = ["greedy_choice"]
+
 
 def greedy_choice(opts: OptionSet) -> np.ndarray:
     """A boolean mask over options: at most one per job, all realizable together."""

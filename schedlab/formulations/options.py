@@ -51,9 +51,19 @@ from schedlab.models.efficiency import best_batch
 from schedlab.models.freezing import scaled_params
 from schedlab.state import BatchLimits, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, Settings, ThroughputParams
 
+__all__ = ["NodeGroup", "OptionColumns", "OptionSet", "chain_levels", "enumerate_options", "fair_shapes", "field_values",
+           "group_shapes", "job_allocations", "multi_node_counts", "node_groups", "option_best_batch", "option_goodput",
+           "prune_dominated", "restart_cost_s", "restart_factor", "stay_options", "unallocated_utilities", "utility"]
+
 
 def chain_levels(gpus_per_node: int) -> tuple[int, ...]:
-    """Powers of two dividing G, then G: a divisibility chain of single-node sizes."""
+    """Powers of two dividing G, then G: a divisibility chain of single-node sizes.
+
+    Examples
+    --------
+    >>> chain_levels(8), chain_levels(6)
+    ((1, 2, 4, 8), (1, 2, 6))
+    """
     levels = []
     d = 1
     while d < gpus_per_node and gpus_per_node % d == 0:
@@ -72,10 +82,12 @@ class NodeGroup:
 
     @property
     def levels(self) -> tuple[int, ...]:
+        """L(G), the group's single-node sizes (`chain_levels`)."""
         return chain_levels(self.gpus_per_node)
 
 
 def node_groups(round_input: RoundInput) -> tuple[NodeGroup, ...]:
+    """The round's nodes with GPUs, grouped by (GPU type, GPUs per node), in the order of that key."""
     by_key: dict[tuple[str, int], list[int]] = {}
     for k, node in enumerate(round_input.cluster.nodes):
         if node.gpus > 0:
@@ -111,14 +123,17 @@ class OptionSet:
 
     @property
     def num_options(self) -> int:
+        """The options (the model's x columns)."""
         return len(self.job)
 
     @property
     def num_jobs(self) -> int:
+        """The round's jobs, with options or without."""
         return len(self.round_input.jobs)
 
     @property
     def stay(self) -> np.ndarray:
+        """Mask of the stay options (group -1)."""
         return self.group < 0
 
     def stay_option(self, j: int) -> int:
@@ -136,6 +151,7 @@ class OptionSet:
         return option_best_batch(self, which, compute, sync)
 
     def undominated(self, util: np.ndarray) -> np.ndarray:
+        """Mask of the options not dominated in their (job, group) at utilities `util` (`prune_dominated`)."""
         return prune_dominated(self.job, self.group, self.num_gpus, util)
 
     def subset(self, pick: np.ndarray) -> OptionSet:
@@ -153,25 +169,32 @@ class OptionColumns(Protocol):
     model's: every option's job, utility and penalized speedup, and each job's U0."""
 
     @property
-    def round_input(self) -> RoundInput: ...
+    def round_input(self) -> RoundInput:
+        """The round."""
 
     @property
-    def job(self) -> np.ndarray: ...
+    def job(self) -> np.ndarray:
+        """Each option's job (index into round_input.jobs)."""
 
     @property
-    def utility(self) -> np.ndarray: ...
+    def utility(self) -> np.ndarray:
+        """u_c, each option's utility."""
 
     @property
-    def penalized_speedup(self) -> np.ndarray: ...
+    def penalized_speedup(self) -> np.ndarray:
+        """s'_c, each option's speedup after the restart factor."""
 
     @property
-    def U0(self) -> np.ndarray: ...
+    def U0(self) -> np.ndarray:
+        """U0_j, each job's utility when unallocated."""
 
     @property
-    def num_jobs(self) -> int: ...
+    def num_jobs(self) -> int:
+        """The round's jobs."""
 
     @property
-    def num_options(self) -> int: ...
+    def num_options(self) -> int:
+        """The options."""
 
 
 def stay_options(job: np.ndarray, is_stay: np.ndarray) -> dict[int, int]:
@@ -203,6 +226,17 @@ def job_allocations(opts, picked: np.ndarray, gpus_of: dict[int, tuple[GpuRef, .
 
 
 def utility(speedup: np.ndarray, p: float) -> np.ndarray:
+    """U(s) of the p-mean: s^p (p > 0), log s (p = 0), -s^p (p < 0), s for max-min (p = -inf).
+
+    Summed over jobs, U orders allocations as the power mean of their speedups does; p < 1
+    is concave, so a speedup is worth more to a job that has little (fairness).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> utility(np.array([0.5, 1.0, 2.0]), -1.0).tolist()  # Pollux's p = -1: -1/s
+    [-2.0, -1.0, -0.5]
+    """
     s = np.asarray(speedup, dtype=float)
     if math.isinf(p):
         return s
@@ -224,16 +258,28 @@ def unallocated_utilities(job: np.ndarray, speedup: np.ndarray, keep: np.ndarray
 
 
 def restart_cost_s(job: JobSpec, settings: Settings) -> float:
+    """S, seconds a restart costs the job: its own restart_cost_s, else the round's setting."""
     return job.restart_cost_s if job.restart_cost_s is not None else settings.restart_cost_s
 
 
 def restart_factor(job: JobSpec, settings: Settings) -> float:
+    """Pollux's restart factor max(age - S * restarts, 0) / (age + S): what a running job that moves keeps of its speedup.
+
+    A restart costs S seconds of the job's time; the factor charges it against the job's age,
+    so a young job that has restarted often cannot move at all (factor 0).
+    """
     cost_s = restart_cost_s(job, settings)
     return max(job.age_s - cost_s * job.num_restarts, 0.0) / (job.age_s + cost_s)
 
 
 def multi_node_counts(num_nodes: int) -> list[int]:
-    """2, 3, 4, 6, 8, 12, 16, 24, ... (2^k and 3 * 2^k) up to num_nodes, and num_nodes itself."""
+    """2, 3, 4, 6, 8, 12, 16, 24, ... (2^k and 3 * 2^k) up to num_nodes, and num_nodes itself.
+
+    Examples
+    --------
+    >>> multi_node_counts(20)
+    [2, 3, 4, 6, 8, 12, 16, 20]
+    """
     counts = {m * 2**k for k in range(num_nodes.bit_length()) for m in (1, 3)}
     counts = {n for n in counts if 2 <= n <= num_nodes} | ({num_nodes} if num_nodes >= 2 else set())
     return sorted(counts)

@@ -14,6 +14,8 @@ import bisect
 
 from schedlab.state import Cluster, GpuRef
 
+__all__ = ["NodeState"]
+
 
 class NodeState:
     """Free GPU indices per node, in cluster order, and for each group of nodes asked for its
@@ -88,6 +90,7 @@ class NodeState:
         return self._buckets[nodes]
 
     def set_free(self, k: int, free: list[int]) -> None:
+        """Set node k's free GPU indices, keeping the free count and every bucket in step."""
         self.free_gpus += len(free) - len(self.free[k])
         for nodes in self._groups_of.get(k, ()):
             buckets = self._buckets[nodes]

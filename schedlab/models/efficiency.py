@@ -1,11 +1,15 @@
 """Statistical efficiency from the gradient noise scale, goodput, and the best batch size.
 
-Pollux (OSDI'21, section 3.1): with total batch M, initial batch M0, scale s = M / M0 and
-gradient statistics sqr = |E g|^2, var = per-example variance at M0,
+Pollux (Qiao et al., OSDI'21, section 3.1): with total batch M, initial batch M0, scale
+s = M / M0 and gradient statistics measured at M0, sqr = |E g|^2 and var = tr(Sigma) / M0 (the
+variance of a gradient estimated from one batch of M0 examples),
 
     gain(M)       = (var + sqr) / (var / s + sqr)       progress per step, in M0-steps
     efficiency(M) = gain(M) / s                          (= (phi + M0) / (phi + M), phi = M0 var/sqr)
     goodput       = throughput(M) * efficiency(M)        M0-equivalent examples per second
+
+phi = tr(Sigma) / |E g|^2 is the gradient noise scale (McCandlish et al., "An Empirical Model of
+Large-Batch Training", 2018), in examples.
 
 The best batch for a shape (nodes, replicas) searches 50 total batch sizes on a geometric grid
 in [max(M0, min_local * r), max_bsz], splitting a local batch above max_local into gradient
@@ -15,27 +19,149 @@ accumulation steps, exactly as Pollux's GoodputFunction.optimize does.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from schedlab.models.throughput import throughput
 from schedlab.state import BatchLimits, GradStats, JobSpec, ThroughputParams
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+__all__ = ["BATCH_GRID_POINTS", "BatchChoice", "BatchGrid", "batch_grid", "best_batch", "best_on_grid", "efficiency",
+           "gain", "goodput", "split_fixed_batch", "split_local_batch", "submitted_split"]
+
 BATCH_GRID_POINTS = 50
 _EPS = 1e-8  # tolerance of Pollux's floor/ceil on batch sizes
 
 
-def gain(grad: GradStats, init_bsz: float | np.ndarray, total_bsz):
+def gain(grad: GradStats, init_bsz: float | np.ndarray, total_bsz: ArrayLike) -> np.ndarray:
+    """Pollux's gain: the progress of one optimizer step at total batch M, in steps at M0.
+
+    With s = M / M0 one step at M makes as much progress as
+
+        gain(M) = (var + sqr) / (var / s + sqr)
+
+    steps at M0 (Pollux, OSDI'21, eq. 1, after McCandlish et al., 2018): 1 at s = 1, growing
+    with s towards the ceiling 1 + var / sqr, where a larger batch has averaged away the noise
+    and only the signal is left. A job without gradient statistics (var = sqr = 0) gains 1.
+
+    Parameters
+    ----------
+    grad : GradStats
+        sqr = |E g|^2 and var = tr(Sigma) / M0, measured at the initial batch: floats, or arrays
+        aligned with `total_bsz`.
+    init_bsz : float or ndarray
+        M0, the initial (reference) total batch, in examples.
+    total_bsz : array_like
+        M, the total batch of one optimizer step, r x micro-batch x (accum_steps + 1), in examples.
+
+    Returns
+    -------
+    ndarray
+        M0-steps per step (dimensionless), shaped as `total_bsz`.
+
+    Examples
+    --------
+    A job whose gradient noise at M0 is three times its signal (var = 3 sqr) gains at most 4x:
+
+    >>> from schedlab.state import GradStats
+    >>> grad = GradStats(sqr=1.0, var=3.0)
+    >>> [round(float(g), 3) for g in gain(grad, 100, [100, 200, 400, 1600])]
+    [1.0, 1.6, 2.286, 3.368]
+    """
     scale = np.asarray(total_bsz, dtype=float) / init_bsz
     denom = grad.var / scale + grad.sqr
     return np.where(denom > 0, (grad.var + grad.sqr) / np.where(denom > 0, denom, 1.0), 1.0)
 
 
-def efficiency(grad: GradStats, init_bsz: float | np.ndarray, total_bsz):
+def efficiency(grad: GradStats, init_bsz: float | np.ndarray, total_bsz: ArrayLike) -> np.ndarray:
+    """Pollux's statistical efficiency: the progress one example makes at total batch M, relative to M0.
+
+        efficiency(M) = gain(M) / s = (phi + M0) / (phi + M),   s = M / M0,   phi = M0 var / sqr
+
+    phi is the gradient noise scale in examples (McCandlish et al., 2018: tr(Sigma) / |E g|^2).
+    Well below phi a larger batch uses its examples nearly as well as M0 does (efficiency ~1);
+    well above it most of each batch is wasted (efficiency ~ (phi + M0) / M). Pollux (OSDI'21,
+    section 3.1) multiplies it with the throughput: `goodput`.
+
+    Parameters
+    ----------
+    grad : GradStats
+        sqr = |E g|^2 and var = tr(Sigma) / M0, measured at the initial batch: floats, or arrays
+        aligned with `total_bsz`.
+    init_bsz : float or ndarray
+        M0, the initial (reference) total batch, in examples.
+    total_bsz : array_like
+        M, the total batch of one optimizer step, in examples.
+
+    Returns
+    -------
+    ndarray
+        M0-equivalent examples per example processed: 1 at M = M0, below 1 above it.
+
+    Examples
+    --------
+    With var = 3 sqr and M0 = 100 the noise scale is phi = 300 examples:
+
+    >>> from schedlab.state import GradStats
+    >>> grad = GradStats(sqr=1.0, var=3.0)
+    >>> [round(float(e), 3) for e in efficiency(grad, 100, [100, 200, 400, 1600])]
+    [1.0, 0.8, 0.571, 0.211]
+    >>> round((300 + 100) / (300 + 400), 3)  # the closed form at M = 400
+    0.571
+    """
     return gain(grad, init_bsz, total_bsz) / (np.asarray(total_bsz, dtype=float) / init_bsz)
 
 
-def goodput(params, grad, init_bsz, num_nodes, num_replicas, local_bsz, accum_steps=0):
+def goodput(params: ThroughputParams, grad: GradStats, init_bsz: float | np.ndarray, num_nodes: ArrayLike,
+            num_replicas: ArrayLike, local_bsz: ArrayLike, accum_steps: ArrayLike = 0) -> np.ndarray:
+    """Pollux's goodput: training progress per second, in M0-equivalent examples per second.
+
+        goodput = throughput(n, r, m, s) * efficiency(r * m * (s + 1))
+
+    The throughput is Pollux's step-time model's (models.throughput.throughput): examples per
+    second on r GPUs over n nodes at micro-batch m with s extra accumulation steps. A goodput
+    scheduler compares configurations by goodput, not throughput: more GPUs at a larger batch
+    process more examples per second, but each is worth less once the batch passes the noise
+    scale (Pollux, OSDI'21, section 3.1).
+
+    Parameters
+    ----------
+    params : ThroughputParams
+        The job's step-time model on the GPUs' type (floats, or arrays aligned with the shapes).
+    grad : GradStats
+        Gradient statistics at the initial batch (see `gain`).
+    init_bsz : float or ndarray
+        M0, the initial total batch, in examples.
+    num_nodes, num_replicas : array_like
+        Nodes spanned and GPUs (data-parallel replicas).
+    local_bsz : array_like
+        Micro-batch per GPU, in examples.
+    accum_steps : array_like, default 0
+        Extra gradient-accumulation micro-steps per optimizer step.
+
+    Returns
+    -------
+    ndarray
+        M0-equivalent examples per second.
+
+    Examples
+    --------
+    cifar10 (ResNet-18; the Pollux artifact's profile on T4 GPUs, noise scale ~72 examples at
+    M0 = 128): four GPUs at a micro-batch of 128 process 3.8x the examples of one, but at a
+    total batch of 512 each is worth a third as much:
+
+    >>> from schedlab.models.profiles import shipped_profiles
+    >>> from schedlab.models.throughput import throughput
+    >>> p = shipped_profiles()["cifar10"]
+    >>> one = goodput(p.params, p.grad_stats, p.batch.init_bsz, 1, 1, 128)
+    >>> four = goodput(p.params, p.grad_stats, p.batch.init_bsz, 1, 4, 128)
+    >>> rate, eff = throughput(p.params, 1, 4, 128), efficiency(p.grad_stats, p.batch.init_bsz, 4 * 128)
+    >>> print(f"{float(one):.0f}; {float(rate):.0f} examples/s x {float(eff):.3f} = {float(four):.0f}")
+    1195; 4573 examples/s x 0.343 = 1569
+    """
     total = np.asarray(num_replicas) * np.asarray(local_bsz) * (np.asarray(accum_steps) + 1)
     return throughput(params, num_nodes, num_replicas, local_bsz, accum_steps) * efficiency(
         grad, init_bsz, total
@@ -44,15 +170,51 @@ def goodput(params, grad, init_bsz, num_nodes, num_replicas, local_bsz, accum_st
 
 @dataclass(frozen=True)
 class BatchChoice:
-    """Best batch per shape, as arrays aligned with the shapes asked for (goodput 0 = none)."""
+    """The best batch of each shape, as arrays aligned with the shapes asked for.
+
+    Attributes
+    ----------
+    goodput : ndarray
+        Goodput at that batch, M0-equivalent examples per second; 0 where the shape has no
+        batch the job can run.
+    local_bsz : ndarray
+        Micro-batch per GPU, in examples.
+    accum_steps : ndarray
+        Extra gradient-accumulation steps: the total batch is r x local_bsz x (accum_steps + 1).
+    """
 
     goodput: np.ndarray
     local_bsz: np.ndarray
     accum_steps: np.ndarray
 
 
-def split_local_batch(local_bsz, num_replicas, init_bsz, max_local_bsz):
-    """Split a per-GPU batch into (micro-batch, accumulation steps) within max_local_bsz."""
+def split_local_batch(local_bsz: ArrayLike, num_replicas: int | np.ndarray, init_bsz: float | np.ndarray,
+                      max_local_bsz: float | np.ndarray):
+    """Split a per-GPU batch into (micro-batch, accumulation steps) within max_local_bsz.
+
+    A local batch above max_local_bsz runs as ceil(local / max_local) equal micro-steps, the
+    micro-batch rounded up (so the total may grow by a few examples). A job on one GPU with a
+    batch above M0 accumulates at least once: it can then estimate its gradient noise across
+    micro-batches, as Pollux's agent does.
+
+    Parameters
+    ----------
+    local_bsz : array_like
+        Examples per GPU per optimizer step.
+    num_replicas : int or ndarray
+        GPUs (data-parallel replicas).
+    init_bsz : float or ndarray
+        M0, the job's initial total batch.
+    max_local_bsz : float or ndarray
+        The largest micro-batch one GPU holds.
+
+    Returns
+    -------
+    micro : ndarray of int
+        Micro-batch per GPU.
+    accum : ndarray of int
+        Extra accumulation steps (0: one micro-step per optimizer step).
+    """
     local_bsz = np.asarray(local_bsz, dtype=float)
     accum = np.maximum(np.ceil(local_bsz / max_local_bsz - _EPS) - 1, 0)  # >= 0 when max_local_bsz dwarfs the batch
     # One replica estimates gradient noise only across micro-batches: Pollux forces one.
@@ -63,9 +225,12 @@ def split_local_batch(local_bsz, num_replicas, init_bsz, max_local_bsz):
 
 
 def split_fixed_batch(total_bsz: int, num_replicas: int, limits: BatchLimits) -> tuple[int, int]:
-    """(micro-batch, accumulation steps) of a user-fixed total batch on r GPUs, as the Pollux
-    artifact's jobs run it: the split above, then the micro-batch lowered so that the total
-    never exceeds the largest batch the job supports."""
+    """(micro-batch, accumulation steps) of a user-fixed total batch on `num_replicas` GPUs.
+
+    As the Pollux artifact's jobs run it: ceil(total / r) per GPU, split by `split_local_batch`,
+    then the micro-batch lowered so that the total never exceeds the largest batch the job
+    supports (limits.max_bsz), and at least 1.
+    """
     micro, accum = split_local_batch(np.ceil(total_bsz / num_replicas - _EPS), num_replicas, limits.init_bsz,
                                      limits.max_local_bsz)
     micro, accum = int(micro), int(accum)
@@ -74,8 +239,11 @@ def split_fixed_batch(total_bsz: int, num_replicas: int, limits: BatchLimits) ->
 
 
 def submitted_split(job: JobSpec, num_gpus: int) -> tuple[int, int]:
-    """(micro-batch, accumulation steps) of a job training at its submitted batch
-    (JobSpec.submitted_bsz) on `num_gpus` GPUs, as policies that do not adapt the batch run it."""
+    """(micro-batch, accumulation steps) of a job at its submitted batch on `num_gpus` GPUs.
+
+    The submitted batch is JobSpec.submitted_bsz; policies that do not adapt the batch (the
+    baselines, PAL's placement) run jobs this way (`split_fixed_batch`).
+    """
     return split_fixed_batch(job.submitted_bsz, num_gpus, job.batch)
 
 
@@ -85,13 +253,41 @@ def submitted_split(job: JobSpec, num_gpus: int) -> tuple[int, int]:
 _BLOCK_SHAPES = 4096
 
 
-def best_batch(params: ThroughputParams, grad: GradStats, limits: BatchLimits, num_nodes, num_replicas,
-               fixed_bsz=0) -> BatchChoice:
-    """Best goodput over total batch sizes for each (nodes, replicas) shape.
+def best_batch(params: ThroughputParams, grad: GradStats, limits: BatchLimits, num_nodes: ArrayLike,
+               num_replicas: ArrayLike, fixed_bsz: ArrayLike = 0) -> BatchChoice:
+    """The best goodput over total batch sizes of each (nodes, replicas) shape.
 
-    Every field of params, grad and limits may be a scalar or an array aligned with the
-    shapes, so that all jobs' shapes of a round are valued in one vectorized call.
-    `fixed_bsz` > 0 evaluates that total batch only (jobs whose batch the user fixed).
+    Pollux's batch search (GoodputFunction.optimize): `BATCH_GRID_POINTS` total batches on a
+    geometric grid from max(M0, min_local_bsz x r) to max_bsz, each split per GPU
+    (`split_local_batch`); the valid point of highest goodput wins.
+
+    Parameters
+    ----------
+    params, grad, limits : ThroughputParams, GradStats, BatchLimits
+        The job's step-time model, gradient statistics and batch limits. Every field may be a
+        scalar or an array aligned with the shapes, so that all jobs' shapes of a round are
+        valued in one vectorized call.
+    num_nodes, num_replicas : array_like of int
+        The shapes: nodes spanned and GPUs.
+    fixed_bsz : array_like, default 0
+        A total batch > 0 is the only one valued (a job whose batch the user fixed).
+
+    Returns
+    -------
+    BatchChoice
+        Goodput, micro-batch and accumulation steps per shape.
+
+    Examples
+    --------
+    cifar10 on one GPU, four GPUs of a node, and eight over two nodes: four GPUs do best at a
+    total batch of 140 (35 per GPU), not at 128 per GPU; eight, across the network, do no better
+    than one:
+
+    >>> from schedlab.models.profiles import shipped_profiles
+    >>> p = shipped_profiles()["cifar10"]
+    >>> choice = best_batch(p.params, p.grad_stats, p.batch, num_nodes=[1, 1, 2], num_replicas=[1, 4, 8])
+    >>> choice.local_bsz.tolist(), [round(float(g)) for g in choice.goodput]
+    ([128, 35, 67], [1195, 2458, 1169])
     """
     n = np.atleast_1d(np.asarray(num_nodes, dtype=int))
     r = np.atleast_1d(np.asarray(num_replicas, dtype=int))
@@ -112,16 +308,20 @@ def best_batch(params: ThroughputParams, grad: GradStats, limits: BatchLimits, n
 
 def _best_batch_block(params: ThroughputParams, grad: GradStats, limits: BatchLimits, n: np.ndarray, r: np.ndarray,
                       fixed: np.ndarray) -> BatchChoice:
+    """best_batch on one block of shapes."""
     grid = batch_grid(limits, r, fixed)
     return best_on_grid(grid, throughput(params, n, r, grid.micro, grid.accum), grad, limits.init_bsz, r)
 
 
 @dataclass(frozen=True)
 class BatchGrid:
-    """Each shape's candidate batches, (BATCH_GRID_POINTS, shapes) arrays: micro-batch,
-    accumulation steps, and whether the job can run it. Throughput on the grid depends on the
-    job's model and the grid's gradient efficiency on its gradient statistics, so a caller that
-    meets the same model with new statistics (a replayed job, every epoch) values the grid once."""
+    """Each shape's candidate batches: micro-batch, accumulation steps, and whether the job can run it.
+
+    Arrays of shape (BATCH_GRID_POINTS, shapes). Throughput on the grid depends on the job's
+    model and the grid's gradient efficiency on its gradient statistics, so a caller that meets
+    the same model with new statistics (a replayed job, every epoch) values the grid once
+    (`best_on_grid`).
+    """
 
     micro: np.ndarray
     accum: np.ndarray
@@ -129,7 +329,12 @@ class BatchGrid:
 
 
 def batch_grid(limits: BatchLimits, r: np.ndarray, fixed: np.ndarray) -> BatchGrid:
-    """The geometric grid of total batches of each shape (`r` replicas), split per GPU."""
+    """The geometric grid of total batches of each shape (`r` replicas), split per GPU.
+
+    From max(M0, min_local_bsz x r) to max(that, max_bsz), or the fixed batch alone where
+    `fixed` > 0. A point is valid when its micro-batch lies in [min_local_bsz, max_local_bsz]
+    and its total (after rounding the micro-batch up) stays within max(max_bsz, fixed).
+    """
     init_bsz, max_bsz = np.asarray(limits.init_bsz, float), np.asarray(limits.max_bsz, float)
     lo = np.maximum(init_bsz, limits.min_local_bsz * r).astype(float)
     hi = np.maximum(lo, max_bsz)
@@ -142,7 +347,11 @@ def batch_grid(limits: BatchLimits, r: np.ndarray, fixed: np.ndarray) -> BatchGr
 
 
 def best_on_grid(grid: BatchGrid, grid_throughput: np.ndarray, grad: GradStats, init_bsz, r: np.ndarray) -> BatchChoice:
-    """The best goodput of each shape over its grid, from the throughput of every grid point."""
+    """The best goodput of each shape over its grid, from the throughput of every grid point.
+
+    `grid_throughput` (examples per second, shaped as the grid) times the efficiency of each
+    point's total batch; invalid points count 0, and the first of equal maxima wins.
+    """
     total = np.asarray(r) * np.asarray(grid.micro) * (np.asarray(grid.accum) + 1)
     good = np.where(grid.valid, grid_throughput * efficiency(grad, np.asarray(init_bsz, float), total), 0.0)
     best = np.argmax(good, axis=0)

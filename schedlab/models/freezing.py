@@ -55,6 +55,11 @@ import numpy as np
 
 from schedlab.state import FreezePenalty, FreezeSpec, LayerGroup, ThroughputParams
 
+__all__ = ["DEFAULT_BUDGET", "PROFILES", "bert_base", "compute_scale", "deepspeech2", "frozen_fraction",
+           "frozen_step_sync_s", "geometric_frozen_groups", "layer_profile", "level_penalties", "level_scales",
+           "linear_schedule_speedup_and_penalty", "ncf", "penalty", "resnet18_cifar", "resnet50", "scaled_params",
+           "sync_scale", "yolov3"]
+
 DEFAULT_BUDGET = 0.03  # FreezeOut: <= 3 % relative error is the accepted price of ~20 % speedup
 
 
@@ -98,6 +103,7 @@ def _bottleneck(c_in: int, width: int, hw: int) -> list[_Layer]:
 
 
 def resnet18_cifar() -> tuple[LayerGroup, ...]:
+    """ResNet-18, CIFAR variant (32x32 input, 10 classes), in 4 groups: stem+layer1, layer2, layer3, layer4+fc."""
     stem = [_conv(3, 64, 3, 32)]
     stages, c_in = [], 64
     for width, hw in ((64, 32), (128, 16), (256, 8), (512, 4)):
@@ -108,6 +114,7 @@ def resnet18_cifar() -> tuple[LayerGroup, ...]:
 
 
 def resnet50() -> tuple[LayerGroup, ...]:
+    """ResNet-50 (224x224 input, 1,000 classes), in 4 groups: stem+layer1, layer2, layer3, layer4+fc."""
     stem = [_conv(3, 64, 7, 112)]
     stages, c_in = [], 64
     for width, blocks, hw in ((64, 3, 56), (128, 4, 28), (256, 6, 14), (512, 3, 7)):
@@ -121,6 +128,8 @@ def resnet50() -> tuple[LayerGroup, ...]:
 
 
 def bert_base(seq_len: int = 384) -> tuple[LayerGroup, ...]:
+    """BERT-base for SQuAD at `seq_len` tokens, in 5 groups: the embeddings, then the encoder
+    layers three at a time (the span head with the last three)."""
     d, d_ff, vocab = 768, 3072, 30522
     embed = _embedding(vocab + 512 + 2, d, lookups=3 * seq_len)
     attention_macs = 2 * seq_len * d * seq_len  # QK^T and the weighted sum of V
@@ -132,6 +141,8 @@ def bert_base(seq_len: int = 384) -> tuple[LayerGroup, ...]:
 
 
 def deepspeech2(frames: int = 1000) -> tuple[LayerGroup, ...]:
+    """DeepSpeech2 on `frames` spectrogram frames (100 per second of audio), in 6 groups: the two
+    convolutions, then one per bidirectional LSTM (the output layer with the last)."""
     t = frames // 2  # the first convolution strides 2 in time, the second 1
     conv1 = _Layer(macs=41 * 11 * 1 * 32 * 81 * t, params=41 * 11 * 32 + 2 * 32)
     conv2 = _Layer(macs=21 * 11 * 32 * 32 * 41 * t, params=21 * 11 * 32 * 32 + 2 * 32)
@@ -148,6 +159,8 @@ def deepspeech2(frames: int = 1000) -> tuple[LayerGroup, ...]:
 
 
 def yolov3(size: int = 416) -> tuple[LayerGroup, ...]:
+    """YOLOv3 at `size` x `size` input, in 5 groups: the stem with Darknet-53's stages 1-2,
+    stages 3, 4 and 5, and the three detection heads."""
     hw = size
     stem = [_conv(3, 32, 3, hw)]
     stages, c_in = [], 32
@@ -172,6 +185,8 @@ def yolov3(size: int = 416) -> tuple[LayerGroup, ...]:
 
 
 def ncf(users: int = 6040, items: int = 3706) -> tuple[LayerGroup, ...]:
+    """NeuMF for `users` x `items` (MovieLens-1M's by default), in 3 groups: the GMF and MLP
+    embeddings, the MLP tower, the prediction layer."""
     embeds = [_embedding(users + items, 8, lookups=2), _embedding(users + items, 32, lookups=2)]
     mlp = [_linear(64, 32), _linear(32, 16), _linear(16, 8)]
     return (_group("embeddings", embeds, first=True), _group("mlp", mlp), _group("predict", [_linear(16, 1)]))
@@ -191,8 +206,24 @@ def layer_profile(application: str) -> tuple[LayerGroup, ...]:
 
 @cache
 def level_scales(groups: tuple[LayerGroup, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(c_k, s_k, phi_k) for k = 0..len(groups): compute left, parameters still all-reduced,
-    and backward compute frozen, with the first k groups frozen."""
+    """(c_k, s_k, phi_k) for k = 0..len(groups), with the first k groups frozen.
+
+    c_k, the share of compute time left; s_k, the share of parameters still all-reduced; phi_k,
+    the share of backward compute frozen (formulas in the module docstring). Arrays of
+    len(groups) + 1 entries; the last level freezes everything and is never allowed.
+
+    Examples
+    --------
+    Freezing ResNet-18's first group (stem and layer1) saves 18 % of the compute but only 1.3 %
+    of the all-reduce: early layers hold few parameters, late ones most of them:
+
+    >>> c, s, phi = level_scales(layer_profile("cifar10"))
+    >>> for name, share in (("c", c), ("s", s), ("phi", phi)):
+    ...     print(name, " ".join(f"{x:.3f}" for x in share))
+    c 1.000 0.818 0.656 0.495 0.334
+    s 1.000 0.987 0.940 0.752 0.000
+    phi 0.000 0.274 0.516 0.758 1.000
+    """
     f = np.array([g.forward for g in groups])
     b = np.array([g.backward for g in groups])
     p = np.array([g.params for g in groups])
@@ -236,7 +267,20 @@ def frozen_step_sync_s(step_s: float, sync_s: float, groups: tuple[LayerGroup, .
 
 
 def penalty(model: FreezePenalty, phi, progress):
-    """pi(phi, q): the share of a step's worth lost (0 when nothing is frozen)."""
+    """Our frozen penalty pi(phi, q) = 1 - exp(-scale * phi^exponent * (1 - q)^decay).
+
+    The share of a step's worth lost with a fraction `phi` of the backward compute frozen at
+    training progress q = `progress` (clipped to [0, 1]): 0 when nothing is frozen, and less
+    the later in training (module docstring: ours, fitted to FreezeOut's numbers).
+
+    Examples
+    --------
+    Half the backward frozen costs most of a step at the start of training, a third at half way:
+
+    >>> from schedlab.state import FreezePenalty
+    >>> [round(float(penalty(FreezePenalty(), 0.5, q)), 3) for q in (0.0, 0.5, 0.9)]
+    [0.835, 0.362, 0.018]
+    """
     phi = np.asarray(phi, dtype=float)
     q = np.clip(np.asarray(progress, dtype=float), 0.0, 1.0)
     return 1.0 - np.exp(-model.scale * phi**model.exponent * (1.0 - q) ** model.decay)
@@ -255,9 +299,22 @@ def geometric_frozen_groups(num_groups: int, epoch: int, rate: float = 1 / 3) ->
 
 def linear_schedule_speedup_and_penalty(groups: tuple[LayerGroup, ...], phi_max: float, model: FreezePenalty,
                                         points: int = 2001) -> tuple[float, float]:
-    """FreezeOut-style calibration: phi grows linearly from 0 to phi_max over training on a
-    compute-bound job. Returns (speedup - 1, total penalty P); the frozen share is continuous
-    (FreezeOut freezes layer by layer; groups are too coarse for the calibration)."""
+    """FreezeOut-style calibration: (speedup - 1, total penalty P) of a linear freezing schedule.
+
+    phi grows linearly from 0 to phi_max over training on a compute-bound job; the frozen share
+    is continuous (FreezeOut freezes layer by layer; groups are too coarse for the calibration).
+
+    Examples
+    --------
+    The default penalty's calibration points (module docstring): ~20 % faster for a 3 % penalty,
+    ~10 % faster for 0.5 %:
+
+    >>> from schedlab.state import FreezePenalty
+    >>> groups = layer_profile("cifar10")
+    >>> [tuple(round(v, 3) for v in linear_schedule_speedup_and_penalty(groups, phi, FreezePenalty()))
+    ...  for phi in (0.5, 0.27)]
+    [(0.2, 0.029), (0.099, 0.005)]
+    """
     f = sum(g.forward for g in groups)
     b = sum(g.backward for g in groups)
     q = np.linspace(0.0, 1.0, points)

@@ -34,6 +34,9 @@ import pandas as pd
 from schedlab.errors import ConfigError
 from schedlab.models.profiles import data_dir
 
+__all__ = ["CLASSES", "K_RANGE", "ClassVariability", "assign_slowdowns", "classify", "measured_classes", "ready_32gpu",
+           "sample_measured", "tiered"]
+
 CLASSES = ("classA", "classB", "classC", "classD")
 K_RANGE = range(2, 11)
 

@@ -17,17 +17,25 @@ from typing import Protocol
 
 from schedlab.state import RoundInput, RoundResult, Status
 
+__all__ = ["HEURISTIC", "Policy"]
+
 HEURISTIC = Status.HEURISTIC
 
 
 class Policy(Protocol):
-    @property
-    def name(self) -> str: ...
+    """A scheduling policy (module docstring); policies.make_policy builds one by name."""
 
     @property
-    def batch_mode(self) -> str: ...
+    def name(self) -> str:
+        """The policy's name in the registry (policies.POLICIES)."""
 
     @property
-    def throughput_model(self) -> str: ...
+    def batch_mode(self) -> str:
+        """How its jobs choose their batch: "adaptive", "fixed" or "allocated"."""
 
-    def schedule(self, round_input: RoundInput) -> RoundResult: ...
+    @property
+    def throughput_model(self) -> str:
+        """Which model its jobs are valued with: "online" (fitted as they run) or "oracle"."""
+
+    def schedule(self, round_input: RoundInput) -> RoundResult:
+        """The round's verified allocation; may update the policy's state for the next round."""

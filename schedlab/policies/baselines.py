@@ -10,9 +10,9 @@ tiresias  Two-queue discretized least-attained-service (Gu et al., NSDI'19): a j
           gang-scheduled at their requested GPU count; a job that does not fit waits (and is
           preempted if it was running) while smaller jobs behind it may run.
 optimus   Optimus (Peng et al., EuroSys'18) with the artifact's oracle: every job gets one GPU
-          (arrival order) while GPUs last, then GPUs go one at a time to the job whose
-          predicted remaining time (steps left x predicted step time) drops the most, up to
-          fixed_bsz / min_local_bsz GPUs.
+          (in the round's job order) while GPUs last, then GPUs go one at a time to the job
+          whose predicted remaining time (steps left x predicted step time) drops the most, up
+          to its max_gpus (a replay sets fixed_bsz / min_local_bsz, as the artifact does).
 fifo      Static requests, first come first served, no preemption and no backfilling: the
           oldest waiting job starts as soon as its requested GPUs are free.
 """
@@ -31,6 +31,8 @@ from schedlab.models.throughput import step_time_s
 from schedlab.policies.base import HEURISTIC
 from schedlab.state import BatchLimits, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, RoundResult, ThroughputParams
 from schedlab.verify import verify
+
+__all__ = ["FifoPolicy", "OptimusPolicy", "TiresiasPolicy"]
 
 
 def _params(job: JobSpec) -> ThroughputParams:
@@ -61,6 +63,7 @@ def arrival_order(jobs: tuple[JobSpec, ...]) -> list[JobSpec]:
 
 
 def _result(round_input: RoundInput, name: str, gpus: dict[str, tuple[GpuRef, ...]], t0: float) -> RoundResult:
+    """The verified RoundResult of jobs on `gpus` at their submitted batches (status heuristic)."""
     allocations = tuple(fixed_allocation(j, gpus.get(j.id, ())) for j in round_input.jobs)
     verify(round_input, allocations)
     return RoundResult(allocations, HEURISTIC, name, math.nan, math.nan, math.nan, 0.0,
@@ -89,6 +92,12 @@ def _runs_its_batch_on(job: JobSpec, num_gpus: int) -> bool:
 
 @dataclass
 class TiresiasPolicy:
+    """Tiresias's two-queue discretized least-attained-service, gang-scheduled (module docstring).
+
+    `threshold_gpu_s` is the service, in GPU-seconds, after which a job moves to queue 1 (16
+    GPU-hours). The policy remembers the order in which jobs were demoted.
+    """
+
     threshold_gpu_s: float = 16 * 3600.0
     name: ClassVar[str] = "tiresias"
     batch_mode: ClassVar[str] = "fixed"
@@ -96,6 +105,7 @@ class TiresiasPolicy:
     _demoted: dict[str, int] = field(default_factory=dict)
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
+        """Queue 0 then queue 1: each job runs on its requested GPUs if they are left, else waits."""
         t0 = time.perf_counter()
         jobs = arrival_order(round_input.jobs)
         for job in jobs:
@@ -113,16 +123,20 @@ class TiresiasPolicy:
 
 @dataclass
 class OptimusPolicy:
+    """Optimus with the Pollux artifact's oracle: GPUs where they shorten the predicted remaining time most."""
+
     name: ClassVar[str] = "optimus"
     batch_mode: ClassVar[str] = "fixed"
     throughput_model: ClassVar[str] = "oracle"
 
     @staticmethod
     def predicted_step_s(job: JobSpec, num_replicas: int, gpus_per_node: int) -> float:
+        """Seconds per step at the submitted batch on `num_replicas` GPUs over the fewest nodes."""
         micro, accum = submitted_split(job, num_replicas)
         return float(step_time_s(_params(job), math.ceil(num_replicas / gpus_per_node), num_replicas, micro, accum))
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
+        """One GPU per job while they last, then each GPU to the largest drop in remaining time."""
         t0 = time.perf_counter()
         gpus_per_node = max(n.gpus for n in round_input.cluster.nodes)
         left = round_input.cluster.total_gpus
@@ -151,11 +165,14 @@ class OptimusPolicy:
 
 @dataclass
 class FifoPolicy:
+    """First come first served at the requested GPU counts, without preemption or backfilling."""
+
     name: ClassVar[str] = "fifo"
     batch_mode: ClassVar[str] = "fixed"
     throughput_model: ClassVar[str] = "oracle"
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
+        """Running jobs keep their GPUs; the oldest waiting jobs start while their requests fit."""
         t0 = time.perf_counter()
         # a running job stays on its GPUs, unless its batch cannot run on that many (a round
         # handed over from another policy): then it queues again at its requested count

@@ -20,6 +20,8 @@ from schedlab.policies.placement import PlacementPolicy, gang_round
 from schedlab.state import RoundInput, RoundResult
 from schedlab.verify import verify
 
+__all__ = ["SEPARATOR", "Composition"]
+
 SEPARATOR = "+"
 
 
@@ -32,17 +34,21 @@ class Composition:
 
     @property
     def name(self) -> str:
+        """ALLOC+PLACE, the registry names of the two policies."""
         return f"{self.alloc.name}{SEPARATOR}{self.place.name}"
 
     @property
     def batch_mode(self) -> str:
+        """ALLOC's: it decides the batches."""
         return self.alloc.batch_mode
 
     @property
     def throughput_model(self) -> str:
+        """ALLOC's: it values the jobs."""
         return self.alloc.throughput_model
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
+        """ALLOC's allocation on the GPUs PLACE chooses for it, verified (module docstring)."""
         allocated = self.alloc.schedule(round_input)
         running = [a for a in allocated.allocations if a.gpus]
         placed = self.place.place(gang_round(round_input, {a.job_id: a.num_gpus for a in running},

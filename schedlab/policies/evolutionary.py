@@ -54,12 +54,34 @@ from schedlab.formulations.options import OptionSet, enumerate_options, option_g
 from schedlab.formulations.packing import NodeState
 from schedlab.state import GpuRef, JobSpec, RoundInput
 
+__all__ = ["BATCH_RULES", "FITNESS", "Evolution", "EvolutionConfig", "RoundValues", "round_values"]
+
 FITNESS = ("milp", "ones")
 BATCH_RULES = ("linear", "best")
 
 
 @dataclass(frozen=True)
 class EvolutionConfig:
+    """The search's settings (module docstring); ValueError for an unknown fitness or batch rule.
+
+    Attributes
+    ----------
+    population : int
+        Schedules kept from generation to generation and from round to round.
+    crossover_rate, mutation_rate : float
+        Probability that a pair of parents crosses over, that a child loses one job.
+    young_s : float
+        Jobs younger than this (seconds) are not preempted; the growth cap doubles every young_s.
+    fitness : {"ones", "milp"}
+        Predicted remaining GPU-time (ONES), or the goodput MILP's objective.
+    batch_rule : {"linear", "best"}
+        ONES's linear scaling of the user's per-GPU batch, or the goodput model's best batch.
+    cap_growth : bool
+        ONES's doubling GPU cap; False allows max_gpus (the MILP's space).
+    generations : int
+        Generations per round, unless `time_budget_ms` (milliseconds) runs out first.
+    """
+
     population: int = 16
     crossover_rate: float = 0.5
     mutation_rate: float = 0.3
@@ -122,6 +144,7 @@ class _Limits:
 
 
 def round_values(ri: RoundInput, cfg: EvolutionConfig) -> RoundValues:
+    """Every configuration of the round (formulations.options) valued under cfg's batch rule and fitness."""
     opts = enumerate_options(ri)
     jobs = ri.jobs
     init = np.array([jobs[j].batch.init_bsz for j in opts.job], dtype=float)

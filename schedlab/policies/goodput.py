@@ -28,8 +28,11 @@ from schedlab.api import solve_round
 from schedlab.models.freezing import geometric_frozen_groups
 from schedlab.state import JobSpec, RoundInput, RoundResult, Settings
 
+__all__ = ["GoodputPolicy", "IceFrogPolicy", "JointPolicy", "PolluxPolicy", "SiaPolicy", "StaticFreezePolicy"]
+
 
 def _pollux_settings() -> Settings:
+    """Pollux's: p = -1, restart cost S = 30 s, unallocated penalty 100 (module docstring)."""
     return Settings(p=-1.0, restart_cost_s=30.0, unallocated_penalty=100.0)
 
 
@@ -47,6 +50,7 @@ class GoodputPolicy:
     throughput_model: ClassVar[str] = "online"
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
+        """solve_round on the round as this policy sees it (`round_for`)."""
         return solve_round(self.round_for(round_input))
 
     def round_for(self, round_input: RoundInput) -> RoundInput:
@@ -65,36 +69,47 @@ class GoodputPolicy:
 
 @dataclass
 class PolluxPolicy(GoodputPolicy):
+    """Pollux's round (module docstring: pollux); freezing opt-ins are ignored."""
+
     settings: Settings = field(default_factory=_pollux_settings)
     name: ClassVar[str] = "pollux"
 
 
 @dataclass
 class SiaPolicy(GoodputPolicy):
+    """Sia's objective: p = -0.5, unallocated penalty 1.1, Pollux's restart factor."""
+
     settings: Settings = field(default_factory=lambda: Settings(p=-0.5, restart_cost_s=30.0, unallocated_penalty=1.1))
     name: ClassVar[str] = "sia"
 
 
 @dataclass
 class JointPolicy(GoodputPolicy):
+    """Pollux's settings on the joint formulation: variability tiers and topology priced in."""
+
     settings: Settings = field(default_factory=lambda: replace(_pollux_settings(), formulation="joint"))
     name: ClassVar[str] = "joint"
 
 
 @dataclass
 class IceFrogPolicy(GoodputPolicy):
+    """Pollux's round with layer freezing within each opted-in job's budget (module docstring: icefrog)."""
+
     settings: Settings = field(default_factory=_pollux_settings)
     freeze: bool = True
     budget_margin: float = 0.25
     name: ClassVar[str] = "icefrog"
 
     def prepare(self, job: JobSpec) -> JobSpec:
+        """The job with the budget it plans against: budget_left / (1 + budget_margin)."""
         f = job.freezing
         return job if f is None else replace(job, freezing=replace(f, budget_left=f.budget_left / (1 + self.budget_margin)))
 
 
 @dataclass
 class StaticFreezePolicy(GoodputPolicy):
+    """Pollux's round with PipeTransformer's geometric freezing schedule (module docstring: static_freeze)."""
+
     settings: Settings = field(default_factory=_pollux_settings)
     freeze: bool = True
     rate: float = 1 / 3
@@ -102,6 +117,7 @@ class StaticFreezePolicy(GoodputPolicy):
     name: ClassVar[str] = "static_freeze"
 
     def prepare(self, job: JobSpec) -> JobSpec:
+        """The job pinned at its schedule's freeze level for the epoch it is in, its budget unbounded."""
         f = job.freezing
         if f is None:
             return job

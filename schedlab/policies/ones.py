@@ -18,9 +18,18 @@ from schedlab.policies.evolutionary import Evolution, EvolutionConfig
 from schedlab.state import JobAllocation, RoundInput, RoundResult, Settings
 from schedlab.verify import verify
 
+__all__ = ["OnesPolicy"]
+
 
 @dataclass
 class OnesPolicy:
+    """ONES (Bian et al., SC'21): the evolutionary search, its population kept from round to round.
+
+    `config` is the search's (policies.evolutionary.EvolutionConfig); `settings` the p-mean and
+    restart factor with which options are valued and the reported objective computed
+    (Pollux's); `seed` seeds the search's random generator.
+    """
+
     config: EvolutionConfig = field(default_factory=EvolutionConfig)
     settings: Settings = field(default_factory=lambda: Settings(p=-1.0, restart_cost_s=30.0, unallocated_penalty=100.0))
     seed: int = 0
@@ -32,6 +41,7 @@ class OnesPolicy:
         self._evolution = Evolution(self.config, np.random.default_rng(self.seed))
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
+        """The best schedule the search finds; objective the goodput MILP's at it (no bound: heuristic)."""
         t0 = time.perf_counter()
         ri = replace(round_input, settings=self.settings)
         chosen, placement, vals, generations = self._evolution.search(ri)

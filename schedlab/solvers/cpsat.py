@@ -26,6 +26,8 @@ from schedlab.milp import FAILED, OPTIMAL, TIME_LIMIT, MilpArrays, SolveOutcome
 from schedlab.solvers.log import solver_log_on, to_stderr
 from schedlab.solvers.outcome import StopSignal, start_outcome
 
+__all__ = ["CPSAT_PARAMETERS_URL", "DEFAULT_SCALE", "solve_cpsat"]
+
 DEFAULT_SCALE = 1e6
 CPSAT_PARAMETERS_URL = "https://github.com/google/or-tools/blob/stable/ortools/sat/sat_parameters.proto"
 
@@ -37,7 +39,42 @@ def _is_integral(values: np.ndarray) -> bool:
 def solve_cpsat(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: int = 0, workers: int = 1,
                 scale: float = DEFAULT_SCALE, stop: StopSignal | None = None,
                 solver_options: tuple[tuple[str, Any], ...] = ()) -> SolveOutcome:
-    """`solver_options` are CP-SAT parameters (SatParameters fields) set after schedlab's."""
+    """Solve a MILP given as arrays with CP-SAT, scaled to integers as the module docstring says.
+
+    CP-SAT runs with its LP relaxation on every row (linearization_level 2), the model's start
+    as a hint, and stops at `mip_gap` relative to its own bound. The objective reported is the
+    unscaled model's at the point found; the bound is CP-SAT's, unscaled.
+
+    Parameters
+    ----------
+    model : MilpArrays
+        The model to maximize.
+    time_limit_s : float
+        Wall-clock seconds, writing the CP-SAT model included.
+    mip_gap : float
+        Relative gap at which the search stops (CP-SAT's relative_gap_limit).
+    seed : int, default 0
+        CP-SAT's random seed (taken modulo 2^31).
+    workers : int, default 1
+        CP-SAT's search workers (threads).
+    scale : float, default DEFAULT_SCALE
+        Units per 1 of a continuous column or a fractional row.
+    stop : StopSignal, optional
+        Lets another solver stop this search (a race: solvers.portfolio).
+    solver_options : tuple of (str, value) pairs
+        CP-SAT parameters (SatParameters fields) set after schedlab's.
+
+    Returns
+    -------
+    SolveOutcome
+        optimal or time_limit with a point; out of time without one, the model's start if it
+        has one (time_limit, unproven); failed otherwise.
+
+    Raises
+    ------
+    InputError
+        An option CP-SAT does not have or does not take that value for.
+    """
     from ortools.sat.python import cp_model  # here: OR-Tools loads only for rounds it solves
 
     t0 = time.perf_counter()  # writing the CP-SAT model counts: 0.13 s of a 0.01 s limit at 2,048 GPUs

@@ -37,6 +37,9 @@ from schedlab.milp import FAILED, OPTIMAL, TIME_LIMIT, MilpArrays, SolveOutcome
 from schedlab.solvers.log import solver_log_on
 from schedlab.solvers.outcome import StopSignal, best_of, start_outcome
 
+__all__ = ["HIGHS_OPTIONS_URL", "IPM_MIN_COLS", "NEIGHBOURHOODS", "NEIGHBOURHOOD_MAX_SHARE", "check_options", "lp_bound",
+           "lp_first_search", "set_options", "solve_highs"]
+
 _ROWWISE, _MAXIMIZE = 2, -1
 Options = tuple[tuple[str, Any], ...]  # settings.solver_options: (name, value) pairs
 HIGHS_OPTIONS_URL = "https://ergo-code.github.io/HiGHS/stable/options/definitions/"
@@ -73,8 +76,39 @@ NEIGHBOURHOOD_MAX_SHARE = 0.5
 
 def solve_highs(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: int = 0,
                 lp_first: bool = True, stop: StopSignal | None = None, solver_options: Options = ()) -> SolveOutcome:
-    """`stop` (for a race against another solver) interrupts the full MIP; `solver_options` are
-    HiGHS options set on every solve after schedlab's."""
+    """Solve a MILP given as arrays with HiGHS: LP first (module docstring), then the full MIP.
+
+    HiGHS runs on one thread, without the MIP heuristics that cost rounds more than they found,
+    warm-started from the model's start. An empty model is optimal at its offset.
+
+    Parameters
+    ----------
+    model : MilpArrays
+        The model to maximize.
+    time_limit_s : float
+        Wall-clock seconds for every solve of this call together.
+    mip_gap : float
+        Relative gap at which a point is optimal (HiGHS's mip_rel_gap, and the LP-first test).
+    seed : int, default 0
+        HiGHS's random seed.
+    lp_first : bool, default True
+        Steps 1-3 of the module docstring before the full MIP; False runs the full MIP alone.
+    stop : StopSignal, optional
+        Interrupts the full MIP (a race against another solver: solvers.portfolio).
+    solver_options : tuple of (str, value) pairs
+        HiGHS options set on every solve after schedlab's.
+
+    Returns
+    -------
+    SolveOutcome
+        The best point found (the full MIP's or a neighbourhood's), its status against the
+        tightest bound; out of time without a point, the model's start if it has one.
+
+    Raises
+    ------
+    InputError
+        An option HiGHS does not have or does not take that value for.
+    """
     t0 = time.perf_counter()
     if not model.num_cols:  # nothing to decide (no job has an option): optimal at the offset
         return SolveOutcome(OPTIMAL, np.zeros(0), model.offset, model.offset, 0.0, "empty model")

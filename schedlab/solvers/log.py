@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+__all__ = ["solver_log_on", "solver_log_to_stderr", "to_stderr"]
+
 _ON: ContextVar[bool] = ContextVar("schedlab_solver_log", default=False)
 
 
@@ -26,6 +28,7 @@ def solver_log_to_stderr() -> Iterator[None]:
 
 
 def solver_log_on() -> bool:
+    """Whether this context asked for solver logs (within `solver_log_to_stderr`)."""
     return _ON.get()
 
 

@@ -9,6 +9,8 @@ from dataclasses import replace
 
 from schedlab.milp import OPTIMAL, TIME_LIMIT, MilpArrays, SolveOutcome
 
+__all__ = ["StopSignal", "best_of", "start_outcome"]
+
 
 class StopSignal:
     """Lets a solver running in one thread stop another's search: each solver registers how to
@@ -20,6 +22,7 @@ class StopSignal:
         self._hooks: list[Callable[[], None]] = []
 
     def on_stop(self, hook: Callable[[], None]) -> None:
+        """Register how to stop a search; called at once if the signal was already given."""
         with self._lock:
             if not self._stopped:
                 self._hooks.append(hook)
@@ -27,6 +30,7 @@ class StopSignal:
         hook()
 
     def stop(self) -> None:
+        """Stop every registered search (thread-safe; later registrations are stopped at once)."""
         with self._lock:
             self._stopped, hooks = True, list(self._hooks)
         for hook in hooks:

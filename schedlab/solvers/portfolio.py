@@ -36,12 +36,35 @@ from schedlab.solvers.cpsat import solve_cpsat
 from schedlab.solvers.highs_direct import lp_first_search, solve_highs
 from schedlab.solvers.outcome import StopSignal, best_of, start_outcome
 
+__all__ = ["HEAD_START_COLS", "HEAD_START_S", "solve_portfolio"]
+
 HEAD_START_COLS = 256  # the Philly rounds CP-SAT wins by 10-100x have 500-1,800 columns
 HEAD_START_S = 0.05
 
 
 def solve_portfolio(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: int = 0,
                     lp_first: bool = True) -> SolveOutcome:
+    """Solve a MILP given as arrays with HiGHS and CP-SAT, steps 1-3 of the module docstring.
+
+    Parameters
+    ----------
+    model : MilpArrays
+        The model to maximize.
+    time_limit_s : float
+        Wall-clock seconds for all steps together.
+    mip_gap : float
+        Relative gap at which a point is optimal.
+    seed : int, default 0
+        Both solvers' random seed.
+    lp_first : bool, default True
+        Step 1 (HiGHS's LP-first search); False goes straight to steps 2 and 3.
+
+    Returns
+    -------
+    SolveOutcome
+        The best point of every search, with the tightest bound; its message names each
+        search's outcome. A model without integer columns is HiGHS's alone.
+    """
     t0 = time.perf_counter()
     if not model.num_cols or not model.integer.any():  # nothing to search: HiGHS alone
         return solve_highs(model, time_limit_s, mip_gap, seed, lp_first)

@@ -27,6 +27,8 @@ from schedlab.solvers.highs_direct import check_options
 from schedlab.solvers.log import solver_log_on
 from schedlab.solvers.pyomo_options import LEGACY_OPTIONS
 
+__all__ = ["solve_appsi_highs", "solve_legacy"]
+
 _TOL = 1e-7  # relative: solvers' own feasibility and optimality tolerances are ~1e-9 to 1e-6
 Options = tuple[tuple[str, Any], ...]  # settings.solver_options
 
@@ -66,6 +68,24 @@ def _column_values(model: pyo.ConcreteModel) -> np.ndarray:
 
 def solve_appsi_highs(model: pyo.ConcreteModel, time_limit_s: float, mip_gap: float,
                       warm_start: bool = False, options: Options = ()) -> SolveOutcome:
+    """Solve a Pyomo model with HiGHS through Pyomo's APPSI interface, on one thread.
+
+    Parameters
+    ----------
+    model : pyomo.environ.ConcreteModel
+        A maximization with its variables listed in `model.columns`.
+    time_limit_s, mip_gap : float
+        HiGHS's time limit (seconds) and relative gap.
+    warm_start : bool, default False
+        Start HiGHS from the values the model's variables hold.
+    options : tuple of (str, value) pairs
+        HiGHS options, checked first (APPSI would set them without looking at HiGHS's answer).
+
+    Returns
+    -------
+    SolveOutcome
+        The values of `model.columns` (the array layout); failed without a feasible point.
+    """
     check_options(options)  # APPSI sets HiGHS options without looking at what HiGHS says
     opt = Highs()
     opt.config.time_limit = float(time_limit_s)

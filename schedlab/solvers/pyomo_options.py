@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+__all__ = ["LEGACY_OPTIONS", "LegacyOptions"]
+
 
 @dataclass(frozen=True)
 class LegacyOptions:
