@@ -12,7 +12,8 @@ import pytest
 from conftest import tiny_round
 
 from schedlab.api import solve_round
-from schedlab.formulations.joint import enumerate_joint_options, joint_model, tiers
+from schedlab.formulations.joint import joint_model
+from schedlab.formulations.joint_options import enumerate_joint_options, tiers
 from schedlab.formulations.options import chain_levels, restart_factor, utility
 from schedlab.models.efficiency import best_batch
 from schedlab.state import Cluster, GpuRef, Node, Rack, RoundInput, Settings, ThroughputParams, Topology
