@@ -79,12 +79,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 
 from schedlab.errors import DecodeError
 from schedlab.formulations.freezing import fold_freeze_levels, has_freezing
 from schedlab.formulations.goodput import max_min_upper, max_min_weight, min_job_speedup, objective_value
-from schedlab.formulations.joint_options import COMP, MULTI, SINGLE, STAY, JointOptions, enumerate_joint_options
+from schedlab.formulations.joint_options import COMP, MULTI, SINGLE, STAY, JointOptions, Pool, enumerate_joint_options
 from schedlab.formulations.options import job_allocations
 from schedlab.formulations.packing import NodeState
 from schedlab.milp import MilpArrays, OneModel, Rows, stack_rows
@@ -99,7 +98,8 @@ __all__ = ["JointModel", "Structure", "build_arrays", "build_pyomo", "decode", "
 
 @dataclass(frozen=True)
 class Structure:
-    """Index sets shared by the array and the Pyomo builds (the docstring's sets)."""
+    """The docstring's sets as the arrays, decode and the greedy index them (the Pyomo twin finds
+    its own from the options: `_names`)."""
 
     single_stayer: dict[int, tuple[int, int]]  # homogeneous node k in K1 -> (stay option, h_kc)
     multi_stayer: dict[int, list[tuple[int, int]]]  # homogeneous node k in K2 -> [(c, h_kc)]
@@ -134,8 +134,8 @@ def structure(opts: JointOptions) -> Structure:
 
 
 def _constraints(opts: JointOptions, st: Structure) -> dict[str, Rows]:
-    """Every constraint of the docstring, by tag. Both builds read these blocks, so the arrays
-    and the Pyomo model are the same rows."""
+    """Every constraint of the docstring but (minspd) as the arrays' rows, by tag. The Pyomo twin
+    writes them apart from the same algebra (build_pyomo), so that the two check each other."""
     cl, n, inf = opts.cluster, opts.num_options, math.inf
     num_v = len(st.v_cols)
     v_job = np.array([j for j, _ in st.v_cols], dtype=int)
@@ -230,17 +230,13 @@ def _minspd(opts: JointOptions, t: int) -> Rows:
     return block
 
 
-def _blocks(opts: JointOptions, st: Structure, num_cols: int) -> dict[str, Rows]:
-    blocks = _constraints(opts, st)
-    if opts.round_input.settings.max_min:
-        blocks["minspd"] = _minspd(opts, num_cols - 1)
-    return blocks
-
-
 def build_arrays(opts: JointOptions, st: Structure) -> MilpArrays:
     """The model as arrays for highspy and CP-SAT. Columns: x, then v, then w, then t (max-min)."""
     c, col_hi, integer = _columns(opts, st)
-    A, lo, hi = stack_rows(list(_blocks(opts, st, len(c)).values()), len(c))
+    blocks = _constraints(opts, st)
+    if opts.round_input.settings.max_min:
+        blocks["minspd"] = _minspd(opts, len(c) - 1)
+    A, lo, hi = stack_rows(list(blocks.values()), len(c))
     return MilpArrays(c=c, offset=float(opts.U0.sum()), A=A, row_lo=lo, row_hi=hi,
                       col_lo=np.zeros(len(c)), col_hi=col_hi, integer=integer, start=start_point(opts, st),
                       choice=_column_jobs(opts, st, len(c)))
@@ -254,49 +250,157 @@ def _column_jobs(opts: JointOptions, st: Structure, num_cols: int) -> np.ndarray
     return jobs
 
 
-def build_pyomo(opts: JointOptions, st: Structure) -> pyo.ConcreteModel:
-    """The same model in Pyomo: x indexed by (job id, option) as goodput's (option_label), with
-    the same parameters over C (gpus, nodes, speedup, utility: a customization written for one
-    model runs on the other), v by (job id, pool), w by (node, level), one Constraint per tag of
-    the docstring over the same rows."""
+@dataclass(frozen=True)
+class _Names:
+    """The docstring's sets over names, found from the options alone (not from Structure or the
+    arrays' rows): options are (job id, option) labels, pools "p0", "p1", ... (as in the labels),
+    nodes their ids."""
+
+    options: list[tuple[str, str]]  # C, in the arrays' column order
+    options_of: dict[str, list[tuple[str, str]]]  # C_j, every job (empty: no option)
+    pools: dict[str, Pool]  # W = H u X
+    members: dict[str, list[str]]  # K_w
+    singles: dict[str, list[tuple[str, str]]]  # g in H -> its single options
+    comps: dict[str, list[tuple[tuple[str, str], tuple[int, ...]]]]  # k in X -> (c, m_c) of its compositions
+    multis: dict[str, list[tuple[str, str]]]  # j -> its multi options
+    eligible: dict[tuple[str, str], list[tuple[str, str]]]  # (j, w) in V -> multi options c of j with w in E_c
+    held: dict[str, dict[tuple[str, str], int]]  # homogeneous node k -> S_k as {stay option: h_kc}
+    held_slice: dict[tuple[str, int], dict[tuple[str, str], int]]  # (k in X, s) -> {stay option: h_kcs > 0}
+    pool_of: dict[str, str]  # node -> its pool
+    V: list[tuple[str, str]]  # (j, w) with w in E_c of a multi option c of j, in the arrays' column order
+    takers: dict[str, list[str]]  # w -> every j with (j, w) in V
+    took: dict[str, list[str]]  # j -> every w with (j, w) in V
+    K2L: list[tuple[str, int]]  # (k, d): k in K2_g, d in L_g, in the arrays' column order
+
+
+def _names(opts: JointOptions) -> _Names:
+    """The docstring's sets over names (`_Names`), from the options and the cluster's pools."""
+    cl, jobs, nodes = opts.cluster, opts.round_input.jobs, opts.round_input.cluster.nodes
+    labels = [option_label(opts, c) for c in range(opts.num_options)]
+    pools = {f"p{p}": pool for p, pool in enumerate(cl.pools)}
+    node_id = [node.id for node in nodes]
+    options_of: dict[str, list[tuple[str, str]]] = {job.id: [] for job in jobs}
+    for label in labels:
+        options_of[label[0]].append(label)
+    singles: dict[str, list[tuple[str, str]]] = {g: [] for g, pool in pools.items() if pool.homogeneous}
+    for c in np.flatnonzero(opts.kind == SINGLE).tolist():
+        singles[f"p{opts.pool[c]}"].append(labels[c])
+    comps: dict[str, list[tuple[tuple[str, str], tuple[int, ...]]]] = {
+        node_id[pool.nodes[0]]: [] for pool in pools.values() if not pool.homogeneous}
+    for c in np.flatnonzero(opts.kind == COMP).tolist():
+        comps[node_id[cl.pools[opts.pool[c]].nodes[0]]].append((labels[c], opts.comp(c)))
+    multis: dict[str, list[tuple[str, str]]] = {job.id: [] for job in jobs}
+    eligible: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for c in np.flatnonzero(opts.kind == MULTI).tolist():
+        multis[labels[c][0]].append(labels[c])
+        for p in opts.multi[opts.pool[c]].pools:  # E_c
+            eligible.setdefault((labels[c][0], f"p{p}"), []).append(labels[c])
+    held: dict[str, dict[tuple[str, str], int]] = {}
+    held_slice: dict[tuple[str, int], dict[tuple[str, str], int]] = {}
+    for j, on in opts.stay_gpus.items():
+        stay = labels[opts.stay_option(j)]
+        for k, gpus in on.items():
+            pool = cl.pools[cl.pool_of[k]]
+            if pool.homogeneous:
+                held.setdefault(node_id[k], {})[stay] = len(gpus)
+                continue
+            for s, members in enumerate(pool.slices):
+                if set(gpus) & set(members):
+                    held_slice.setdefault((node_id[k], s), {})[stay] = len(set(gpus) & set(members))
+    pool_index = {g: p for p, g in enumerate(pools)}
+    job_index = {job.id: j for j, job in enumerate(jobs)}
+    V = sorted(eligible, key=lambda jw: (job_index[jw[0]], pool_index[jw[1]]))
+    takers: dict[str, list[str]] = {w: [] for w in pools}
+    took: dict[str, list[str]] = {job.id: [] for job in jobs}
+    for job_id, w in V:
+        takers[w].append(job_id)
+        took[job_id].append(w)
+    K2L = [(node_id[k], d) for k, node in enumerate(nodes) if len(held.get(node.id, {})) > 1
+           for d in cl.pools[cl.pool_of[k]].levels]
+    return _Names(labels, options_of, pools, {g: [node_id[k] for k in pool.nodes] for g, pool in pools.items()},
+                  singles, comps, multis, eligible, held, held_slice, {node_id[k]: f"p{p}" for k, p in cl.pool_of.items()},
+                  V, takers, took, K2L)
+
+
+def build_pyomo(opts: JointOptions) -> pyo.ConcreteModel:
+    """The same model in Pyomo, written constraint by constraint from the module docstring over
+    the sets of `_names` (not from the arrays' rows, so that the two builds check each other),
+    indexed by names: x[job id, option] (option_label), v[job id, pool], w[node id, d]; (one),
+    (pool) and (minspd) by job id, (elig) as v, (level) by (pool, d), (slots) as w, (slice) by
+    (node id, slice). The parameters a customization reads are goodput's, over the same (job id,
+    option) pairs C: gpus[c] (a_c), nodes[c] (n_c), speedup[c] (s'_c), utility[c] (u_c); and
+    U0[j] over J. `model.columns` lists x, v, w and t in the arrays' column order."""
     import pyomo.environ as pyo  # here, not at the top: rounds solved from arrays never load Pyomo
 
-    c, col_hi, integer = _columns(opts, st)
-    jobs = opts.round_input.jobs
+    nm = _names(opts)
+    labels = nm.options
     m = pyo.ConcreteModel(name="joint")
-    labels = [option_label(opts, k) for k in range(opts.num_options)]
+    m.J = pyo.Set(initialize=list(nm.options_of), ordered=True)
     m.C = pyo.Set(dimen=2, initialize=labels, ordered=True)
+    m.V = pyo.Set(dimen=2, initialize=nm.V, ordered=True)
+    m.HL = pyo.Set(dimen=2, initialize=[(g, d) for g, pool in nm.pools.items() if pool.homogeneous for d in pool.levels],
+                   ordered=True)
+    m.K2L = pyo.Set(dimen=2, initialize=nm.K2L, ordered=True)
+    m.XS = pyo.Set(dimen=2, initialize=[(pool_nodes[0], s) for g, pool_nodes in nm.members.items()
+                                        if not nm.pools[g].homogeneous for s in range(len(nm.pools[g].slices))],
+                   ordered=True)
     m.gpus = pyo.Param(m.C, initialize=dict(zip(labels, opts.num_gpus.tolist())))
     m.nodes = pyo.Param(m.C, initialize=dict(zip(labels, opts.num_nodes.tolist())))
     m.speedup = pyo.Param(m.C, initialize=dict(zip(labels, opts.penalized_speedup.tolist())))
     m.utility = pyo.Param(m.C, initialize=dict(zip(labels, opts.utility.tolist())))
-    m.V = pyo.Set(dimen=2, initialize=[(jobs[j].id, p) for j, p in st.v_cols], ordered=True)
-    m.K2L = pyo.Set(dimen=2, initialize=st.w_cols, ordered=True)
+    m.U0 = pyo.Param(m.J, initialize=dict(zip(nm.options_of, opts.U0.tolist())))
     m.x = pyo.Var(m.C, domain=pyo.Binary)
     m.v = pyo.Var(m.V, domain=pyo.NonNegativeIntegers)
     m.w = pyo.Var(m.K2L, domain=pyo.NonNegativeIntegers)
-    columns = [m.x[lab] for lab in labels] + [m.v[jobs[j].id, p] for j, p in st.v_cols] + [m.w[kd] for kd in st.w_cols]
+    skip = pyo.Constraint.Skip  # a row with no variable bounds nothing (and Pyomo refuses it)
+
+    def one(m, j):
+        return sum(m.x[c] for c in nm.options_of[j]) <= 1 if nm.options_of[j] else skip
+
+    def level(m, g, d):
+        K1 = [k for k in nm.members[g] if len(nm.held.get(k, {})) == 1]
+        K2 = [k for k in nm.members[g] if len(nm.held.get(k, {})) > 1]
+        G = nm.pools[g].gpus_per_node
+        terms = ([m.gpus[c] / d * m.x[c] for c in nm.singles[g] if m.gpus[c] >= d]
+                 + [G / d * m.v[j, g] for j in nm.takers[g]]
+                 + [math.ceil(h / d) * m.x[c] for k in K1 for c, h in nm.held[k].items()]
+                 + [-m.w[k, d] for k in K2])
+        return sum(terms) <= (len(nm.members[g]) - len(K2)) * G / d if terms else skip
+
+    def slots(m, k, d):
+        return d * m.w[k, d] + sum(h * m.x[c] for c, h in nm.held[k].items()) <= nm.pools[nm.pool_of[k]].gpus_per_node
+
+    def on_slice(m, k, s):
+        n_ks = len(nm.pools[nm.pool_of[k]].slices[s])
+        terms = ([mc[s] * m.x[c] for c, mc in nm.comps[k] if mc[s]]
+                 + [h * m.x[c] for c, h in nm.held_slice.get((k, s), {}).items()]
+                 + [n_ks * m.v[j, nm.pool_of[k]] for j in nm.takers[nm.pool_of[k]]])
+        return sum(terms) <= n_ks if terms else skip
+
+    def whole_nodes(m, j):
+        if not nm.multis[j]:
+            return skip
+        return sum(m.v[j, w] for w in nm.took[j]) == sum(m.nodes[c] * m.x[c] for c in nm.multis[j])
+
+    def elig(m, j, w):
+        return m.v[j, w] <= len(nm.members[w]) * sum(m.x[c] for c in nm.eligible[j, w])
+
+    m.one = pyo.Constraint(m.J, rule=one)
+    m.level = pyo.Constraint(m.HL, rule=level)
+    m.slots = pyo.Constraint(m.K2L, rule=slots)
+    m.slice = pyo.Constraint(m.XS, rule=on_slice)
+    m.pool = pyo.Constraint(m.J, rule=whole_nodes)
+    m.elig = pyo.Constraint(m.V, rule=elig)
+    p_mean = sum(m.U0[j] for j in m.J) + sum((m.utility[c] - m.U0[c[0]]) * m.x[c] for c in m.C)
+    m.columns = [m.x[c] for c in m.C] + [m.v[jw] for jw in m.V] + [m.w[kd] for kd in m.K2L]
     if opts.round_input.settings.max_min:
-        m.t = pyo.Var(domain=pyo.NonNegativeReals)
-        columns.append(m.t)
-    for var, ub in zip(columns, col_hi):
-        var.setub(float(ub))
-    for tag, block in _blocks(opts, st, len(c)).items():
-        r, k, v = block.coo()
-        A = sp.csr_matrix((v, (r, k)), shape=(len(block.keys), len(c)))
-        row_of = {key: i for i, key in enumerate(block.keys)}
-        setattr(m, tag, pyo.Constraint(block.keys, rule=lambda m, *key, A=A, block=block, row_of=row_of: _row(
-            columns, A, row_of[key], block.lo[row_of[key]], block.hi[row_of[key]])))
-    m.obj = pyo.Objective(expr=float(opts.U0.sum()) + sum(float(ci) * var for ci, var in zip(c, columns) if ci),
-                          sense=pyo.maximize)
-    m.columns = columns
+        m.t = pyo.Var(domain=pyo.NonNegativeReals, bounds=(0, max_min_upper(opts)))
+        m.minspd = pyo.Constraint(m.J, rule=lambda m, j: m.t <= sum(m.speedup[c] * m.x[c] for c in nm.options_of[j]))
+        m.obj = pyo.Objective(expr=max_min_weight(opts) * m.t + p_mean, sense=pyo.maximize)
+        m.columns.append(m.t)
+    else:
+        m.obj = pyo.Objective(expr=p_mean, sense=pyo.maximize)
     return m
-
-
-def _row(columns: list, A: sp.csr_matrix, i: int, lo: float, hi: float):
-    cols, vals = A.indices[A.indptr[i]:A.indptr[i + 1]], A.data[A.indptr[i]:A.indptr[i + 1]]
-    body = sum(float(a) * columns[k] for k, a in zip(cols, vals))
-    return body == hi if lo == hi else body <= hi
 
 
 def option_label(opts: JointOptions, c: int) -> tuple[str, str]:
@@ -428,7 +532,7 @@ class JointModel(OneModel):
         return build_arrays(self.opts, self.st)
 
     def pyomo(self) -> pyo.ConcreteModel:
-        return build_pyomo(self.opts, self.st)
+        return build_pyomo(self.opts)
 
     def start(self) -> np.ndarray:
         return start_point(self.opts, self.st)
