@@ -8,23 +8,32 @@ import math
 from dataclasses import replace
 
 import numpy as np
+import pyomo.environ as pyo
 import pytest
 from conftest import tiny_round
 
 from schedlab.api import solve_round
-from schedlab.formulations.joint import enumerate_joint_options, joint_model, tiers
+from schedlab.bench import random_round
+from schedlab.formulations.joint import joint_model
+from schedlab.formulations.joint_options import enumerate_joint_options, tiers
 from schedlab.formulations.options import chain_levels, restart_factor, utility
+from schedlab.milp import set_start
 from schedlab.models.efficiency import best_batch
+from schedlab.solvers.highs_direct import solve_highs
+from schedlab.solvers.pyomo_backend import solve_appsi_highs
 from schedlab.state import Cluster, GpuRef, Node, Rack, RoundInput, Settings, ThroughputParams, Topology
 from schedlab.verify import verify
 
 
-def _with_world(rng: np.random.Generator, ri: RoundInput, racks: bool) -> RoundInput:
-    """Random slowdowns (a few slow GPUs per class) and, optionally, one rack per node with a slow
-    uplink; jobs of classes A and B."""
+def _with_world(rng: np.random.Generator, ri: RoundInput, racks: bool, per_node: bool = False) -> RoundInput:
+    """Random slowdowns (a few slow GPUs per class; with `per_node`, every GPU of a node alike, so
+    that nodes make homogeneous pools) and, optionally, one rack per node with a slow uplink; jobs
+    of classes A and B."""
     nodes = []
     for n in ri.cluster.nodes:
-        slow = {c: tuple(float(rng.choice([1.0, 1.0, 1.0, 1.5, 2.2])) for _ in range(n.gpus)) for c in ("classA", "classB")}
+        draws, repeat = (1, n.gpus) if per_node else (n.gpus, 1)
+        slow = {c: tuple(float(rng.choice([1.0, 1.0, 1.0, 1.5, 2.2])) for _ in range(draws)) * repeat
+                for c in ("classA", "classB")}
         nodes.append(replace(n, slowdown=slow))
     topology = None
     if racks:
@@ -123,15 +132,58 @@ def test_joint_equals_brute_force_over_every_placement(p):
         assert result.objective == pytest.approx(expected, abs=1e-6 * max(1.0, abs(expected))), case
 
 
+def _twin_rounds(seed: int, count: int):
+    """Joint rounds of every kind: p = 1, -1 and -inf (max-min), per-GPU and per-node variability,
+    racks or none, running jobs on arbitrary GPUs (nodes with one and with several stayers) and
+    rounds whose jobs all opt in to freezing."""
+    rng = np.random.default_rng(seed)
+    for case in range(count):
+        p = (1.0, -1.0, -math.inf)[case % 3]
+        if case % 4 == 3:
+            base = random_round(rng, 16, int(rng.integers(3, 10)), settings=Settings(p=p), freeze_fraction=1.0)
+        else:
+            base = tiny_round(rng, p=p, max_jobs=7, max_nodes=4)
+        ri = _with_world(rng, base, racks=bool(case % 2), per_node=case % 6 < 3)
+        yield replace(ri, settings=replace(ri.settings, formulation="joint", mip_gap=0.0))
+
+
+def _pyomo_violation(model: pyo.ConcreteModel) -> float:
+    """The largest violation of any constraint of a Pyomo model at its variables' values."""
+    worst = 0.0
+    for row in model.component_data_objects(pyo.Constraint, active=True):
+        body = pyo.value(row.body)
+        worst = max(worst, pyo.value(row.lower) - body if row.has_lb() else 0.0,
+                    body - pyo.value(row.upper) if row.has_ub() else 0.0)
+    return worst
+
+
 def test_joint_pyomo_twin_is_the_same_model():
-    rng = np.random.default_rng(11)
-    for case in range(6):
-        ri = _with_world(rng, tiny_round(rng, max_jobs=6, max_nodes=4), racks=bool(case % 2))
-        ri = replace(ri, settings=replace(ri.settings, formulation="joint", mip_gap=0.0))
-        arrays = solve_round(ri)
-        pyomo = solve_round(ri, solver="appsi_highs")
-        assert arrays.status == pyomo.status == "optimal"
-        assert pyomo.objective == pytest.approx(arrays.objective, abs=1e-6 * max(1.0, abs(arrays.objective)))
+    """The twin is written from the docstring's algebra, the arrays from their own rows: solved
+    apart (highspy on the arrays, appsi_highs on Pyomo), they reach the same optimum and LP bound,
+    and each one's optimum is a point of the other with the same objective (so the columns are in
+    the same order)."""
+    rows: dict[str, int] = {}
+    for ri in _twin_rounds(seed=11, count=36):
+        model = joint_model(ri)
+        arrays, twin = model.arrays(), model.pyomo()
+        for tag in ("one", "level", "slots", "slice", "pool", "elig", "minspd"):
+            rows[tag] = rows.get(tag, 0) + len(getattr(twin, tag, ()))
+        by_arrays, by_twin = solve_highs(arrays, 30.0, 0.0), solve_appsi_highs(twin, 30.0, 0.0)
+        assert by_arrays.status == by_twin.status == "optimal"
+        tol = 1e-6 * max(1.0, abs(by_arrays.objective))
+        assert by_twin.objective == pytest.approx(by_arrays.objective, abs=tol)
+        assert arrays.max_violation(by_twin.values) <= 1e-6
+        assert arrays.objective(by_twin.values) == pytest.approx(by_arrays.objective, abs=tol)
+        set_start(twin, by_arrays.values)
+        assert _pyomo_violation(twin) <= 1e-6
+        assert pyo.value(twin.obj) == pytest.approx(by_arrays.objective, abs=tol)
+
+        lp_arrays = solve_highs(replace(arrays, integer=np.zeros(arrays.num_cols, dtype=bool)), 30.0, 0.0)
+        pyo.TransformationFactory("core.relax_integer_vars").apply_to(twin)
+        lp_twin = solve_appsi_highs(twin, 30.0, 0.0)
+        assert lp_arrays.status == lp_twin.status == "optimal"
+        assert lp_twin.objective == pytest.approx(lp_arrays.objective, abs=tol)
+    assert min(rows.values()) > 0 and len(rows) == 7, rows  # the rounds exercised every constraint
 
 
 def test_joint_without_variability_or_topology_is_the_goodput_round():
@@ -167,8 +219,6 @@ def test_decode_realizes_every_optimum_on_larger_rounds():
 
 
 def test_joint_folds_freeze_levels_in_as_the_goodput_round_does():
-    from schedlab.bench import random_round
-
     rng = np.random.default_rng(9)
     froze = False
     for p in (1.0, -1.0):

@@ -71,412 +71,35 @@ admissible level, the same model size). Not modelled: links shared by several jo
 bandwidth is its own); a spread over racks is priced at the smallest rack uplink of the cluster.
 """
 
+
 from __future__ import annotations
 
-import itertools
 import math
-from dataclasses import dataclass, field, replace
-from functools import cached_property
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 
 from schedlab.errors import DecodeError
 from schedlab.formulations.freezing import fold_freeze_levels, has_freezing
 from schedlab.formulations.goodput import max_min_upper, max_min_weight, min_job_speedup, objective_value
-from schedlab.formulations.options import (
-    chain_levels,
-    fair_shapes,
-    field_values,
-    job_allocations,
-    multi_node_counts,
-    node_groups,
-    prune_dominated,
-    restart_factor,
-    stay_options,
-    unallocated_utilities,
-    utility,
-)
+from schedlab.formulations.joint_options import COMP, MULTI, SINGLE, STAY, JointOptions, Pool, enumerate_joint_options
+from schedlab.formulations.options import job_allocations
 from schedlab.formulations.packing import NodeState
 from schedlab.milp import MilpArrays, OneModel, Rows, stack_rows
-from schedlab.models.efficiency import BatchChoice, best_batch
-from schedlab.models.freezing import scaled_params
-from schedlab.state import BatchLimits, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, ThroughputParams, Topology
-from schedlab.topology import cluster_graph, spread_gbps
+from schedlab.state import GpuRef, JobAllocation, RoundInput
 
 if TYPE_CHECKING:
     import pyomo.environ as pyo
 
-SINGLE, COMP, MULTI, STAY = 0, 1, 2, 3
-
-
-def tiers(values: list[float], tolerance: float) -> dict[float, float]:
-    """Each factor -> its tier's value: sorted factors within `tolerance` (relative) of a tier's
-    smallest join it; a tier is valued at its largest factor."""
-    out: dict[float, float] = {}
-    members: list[float] = []
-    for v in sorted(set(values)):
-        if members and v > members[0] * (1 + tolerance):
-            out.update(dict.fromkeys(members, members[-1]))
-            members = []
-        members.append(v)
-    out.update(dict.fromkeys(members, members[-1] if members else 1.0))
-    return out
-
-
-@dataclass(frozen=True)
-class Pool:
-    """Interchangeable nodes: a homogeneous group (several nodes) or one heterogeneous node."""
-
-    gpu_type: str
-    gpus_per_node: int
-    rack: str
-    nodes: tuple[int, ...]  # cluster indices
-    slices: tuple[tuple[int, ...], ...]  # GPU indices of each signature (one slice if homogeneous)
-    signatures: tuple[tuple[float, ...], ...]  # per slice: the tier of every class in play
-
-    @property
-    def homogeneous(self) -> bool:
-        return len(self.slices) == 1
-
-    @property
-    def levels(self) -> tuple[int, ...]:
-        return chain_levels(self.gpus_per_node)
-
-    def worst(self, cls: int) -> float:
-        return max(sig[cls] for sig in self.signatures)
-
-
-@dataclass(frozen=True)
-class JointCluster:
-    """The round's cluster as the joint model sees it: classes in play, GPU tiers and pools."""
-
-    classes: tuple[str, ...]
-    gpu_tier: dict[tuple[int, int], tuple[float, ...]]  # (node index, GPU) -> signature
-    pools: tuple[Pool, ...]
-    pool_of: dict[int, int]  # node index -> pool
-    rack_of: tuple[str, ...]  # per node index
-    cross_rack_scale: float  # B_ref / B of a spread over racks
-    rack_scale: dict[str, float]  # B_ref / B of a spread within each rack
-    across_node_factor: float
-
-
-def joint_cluster(ri: RoundInput) -> JointCluster:
-    nodes, topo = ri.cluster.nodes, ri.cluster.topology or Topology()
-    classes = tuple(sorted({job.variability_class for job in ri.jobs}))
-    tier_of = [tiers([n.gpu_slowdown(k, c) for n in nodes for k in range(n.gpus)], ri.settings.tier_tolerance)
-               for c in classes]
-    gpu_tier = {(i, k): tuple(tier_of[a][n.gpu_slowdown(k, c)] for a, c in enumerate(classes))
-                for i, n in enumerate(nodes) for k in range(n.gpus)}
-    rack_by_node = {n: r.id for r in topo.racks for n in r.nodes}
-    rack_of = tuple(rack_by_node.get(n.id, "r0") for n in nodes)
-    groups: dict[tuple, list[int]] = {}
-    pools: list[Pool] = []
-    for i, n in enumerate(nodes):
-        if n.gpus == 0:
-            continue
-        sigs = sorted({gpu_tier[i, k] for k in range(n.gpus)})
-        slices = tuple(tuple(k for k in range(n.gpus) if gpu_tier[i, k] == s) for s in sigs)
-        if len(sigs) == 1:
-            groups.setdefault((n.gpu_type, n.gpus, rack_of[i], sigs[0]), []).append(i)
-        else:
-            pools.append(Pool(n.gpu_type, n.gpus, rack_of[i], (i,), slices, tuple(sigs)))
-    for (gpu_type, g, rack, sig), members in sorted(groups.items()):
-        pools.append(Pool(gpu_type, g, rack, tuple(members), (tuple(range(g)),), (sig,)))
-    graph = cluster_graph(ri.cluster)
-    ref = topo.node_gbps
-    by_rack: dict[str, list[str]] = {}
-    for i, n in enumerate(nodes):
-        by_rack.setdefault(rack_of[i], []).append(n.id)
-    rack_scale = {r: ref / min(spread_gbps(ri.cluster, ids[:2], graph), ref) if len(ids) > 1 else 1.0
-                  for r, ids in by_rack.items()}
-    firsts = [ids[0] for ids in by_rack.values()]
-    cross = ref / min(spread_gbps(ri.cluster, firsts, graph), ref) if len(firsts) > 1 else 1.0
-    return JointCluster(classes, gpu_tier, tuple(pools), {k: p for p, pool in enumerate(pools) for k in pool.nodes},
-                   rack_of, cross, rack_scale, topo.across_node_factor)
-
-
-@dataclass(frozen=True)
-class JointOptions:
-    """Every option of the round (columnar, as formulations.options.OptionSet) and its structure.
-
-    comp_id[c] indexes compositions[pool[c]] for a composition (-1 otherwise); gpu_type, tau and
-    sync_scale are what an option's value was computed from (so freezing can revalue it)."""
-
-    round_input: RoundInput
-    cluster: JointCluster
-    job: np.ndarray
-    kind: np.ndarray
-    pool: np.ndarray
-    num_nodes: np.ndarray
-    num_gpus: np.ndarray
-    comp_id: np.ndarray
-    gpu_type: np.ndarray
-    tau: np.ndarray
-    sync_scale: np.ndarray
-    compositions: dict[int, list[tuple[int, ...]]]  # heterogeneous pool -> its compositions
-    multi: tuple[Multi, ...]  # indexed by pool[c] of multi options
-    goodput: np.ndarray
-    speedup: np.ndarray
-    penalized_speedup: np.ndarray
-    utility: np.ndarray
-    local_bsz: np.ndarray
-    accum_steps: np.ndarray
-    U0: np.ndarray
-    stay_gpus: dict[int, dict[int, tuple[int, ...]]]  # job with a stay option -> node -> GPU indices
-    frozen_groups: np.ndarray | None = None  # freeze level of each option (formulations.freezing)
-    freeze_penalty: np.ndarray | None = None  # accuracy penalty each option spends this round
-
-    @property
-    def num_options(self) -> int:
-        return len(self.job)
-
-    @property
-    def num_jobs(self) -> int:
-        return len(self.round_input.jobs)
-
-    def stay_option(self, j: int) -> int:
-        return self._stay_options[j]
-
-    @cached_property
-    def _stay_options(self) -> dict[int, int]:
-        return stay_options(self.job, self.kind == STAY)
-
-    def comp(self, c: int) -> tuple[int, ...]:
-        """Option c's GPUs per slice of its heterogeneous node (() for other kinds)."""
-        return self.compositions[self.pool[c]][self.comp_id[c]] if self.kind[c] == COMP else ()
-
-    def revalue(self, which: np.ndarray, compute: np.ndarray, sync: np.ndarray) -> BatchChoice:
-        """The best batch of options `which` with their compute and sync times scaled by
-        `compute[i]` and `sync[i]` (e.g. layers frozen: models.freezing.scaled_params)."""
-        nodes = self.num_nodes[which]
-        return BatchChoice(*_value(self.round_input.jobs, self.job[which], self.gpu_type[which], nodes,
-                                   self.num_gpus[which], self.tau[which], self.sync_scale[which],
-                                   np.where(nodes > 1, self.cluster.across_node_factor, 1.0),
-                                   (np.asarray(compute, dtype=float), np.asarray(sync, dtype=float))))
-
-    def undominated(self, util: np.ndarray) -> np.ndarray:
-        return _undominated(self, util)
-
-    def subset(self, pick: np.ndarray) -> JointOptions:
-        kept = set(self.job[pick[self.kind[pick] == STAY]].tolist())
-        rows = {name: getattr(self, name)[pick] for name in (
-            "job", "kind", "pool", "num_nodes", "num_gpus", "comp_id", "gpu_type", "tau", "sync_scale", "goodput",
-            "speedup", "penalized_speedup", "utility", "local_bsz", "accum_steps")}
-        return replace(self, **rows, stay_gpus={j: g for j, g in self.stay_gpus.items() if j in kept})
-
-
-def compositions(pool: Pool) -> list[tuple[int, ...]]:
-    """Every count vector over a heterogeneous node's slices (any total: the node is its own
-    bin, so no size chain is needed, and 3 fast GPUs beside a slow one make a 3-GPU job)."""
-    return [m for m in itertools.product(*(range(len(s) + 1) for s in pool.slices)) if sum(m)]
-
-
-@dataclass(frozen=True)
-class Multi:
-    """A multi-node option's definition: its eligible pools."""
-
-    pools: tuple[int, ...]
-
-
-@dataclass
-class _Rows:
-    """Options as rows before valuation; `pool` is the pool (single, comp) or definition (multi)."""
-
-    kind: list[int] = field(default_factory=list)
-    pool: list[int] = field(default_factory=list)
-    nodes: list[int] = field(default_factory=list)
-    gpus: list[int] = field(default_factory=list)
-    tau: list[float] = field(default_factory=list)
-    sync_scale: list[float] = field(default_factory=list)
-    gpu_type: list[str] = field(default_factory=list)
-    comp: list[int] = field(default_factory=list)  # index into the pool's compositions (-1: none)
-
-    def add(self, kind, pool, nodes, gpus, tau, sync_scale, gpu_type, comp=-1) -> None:
-        for name, value in zip(("kind", "pool", "nodes", "gpus", "tau", "sync_scale", "gpu_type", "comp"),
-                               (kind, pool, nodes, gpus, tau, sync_scale, gpu_type, comp)):
-            getattr(self, name).append(value)
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        return {k: np.asarray(v) for k, v in self.__dict__.items()}
-
-
-def _class_templates(cl: JointCluster, a: int, comps: dict[int, list], multis: list[Multi]) -> dict[str, np.ndarray]:
-    """Every option of a job of class a, before its GPU types and bounds filter them."""
-    rows = _Rows()
-    kinds: dict[tuple[str, int], list[int]] = {}
-    for p, pool in enumerate(cl.pools):
-        kinds.setdefault((pool.gpu_type, pool.gpus_per_node), []).append(p)
-        if pool.homogeneous:
-            for d in pool.levels:
-                rows.add(SINGLE, p, 1, d, pool.signatures[0][a], 1.0, pool.gpu_type)
-            continue
-        for i, m in enumerate(comps[p]):
-            tau = max(sig[a] for sig, count in zip(pool.signatures, m) if count)
-            rows.add(COMP, p, 1, sum(m), tau, 1.0, pool.gpu_type, i)
-    for (gpu_type, g), members in kinds.items():
-        seen: set[tuple[int, ...]] = set()
-        for t in sorted({cl.pools[p].worst(a) for p in members}):
-            eligible = [p for p in members if cl.pools[p].worst(a) <= t]
-            racks = sorted({cl.pools[p].rack for p in eligible})
-            scopes = [([p for p in eligible if cl.pools[p].rack == r], cl.rack_scale[r]) for r in racks]
-            if len(racks) > 1:
-                scopes.append((eligible, cl.cross_rack_scale))
-            for scope, scale in scopes:
-                counts = multi_node_counts(sum(len(cl.pools[p].nodes) for p in scope))
-                if tuple(scope) in seen or not counts:  # the same nodes at a worse tier: dominated
-                    continue
-                seen.add(tuple(scope))
-                for n in counts:
-                    rows.add(MULTI, len(multis), n, n * g, t, scale, gpu_type)
-                multis.append(Multi(tuple(scope)))
-    return rows.arrays()
-
-
-def _stay(job: JobSpec, cl: JointCluster, node_index: dict[str, int]) -> tuple[dict, float, float, int]:
-    """Node -> GPU indices a running job holds, its worst tier, sync scale and nodes spanned."""
-    held: dict[int, list[int]] = {}
-    for ref in job.current_gpus:
-        held.setdefault(node_index[ref.node], []).append(ref.gpu)
-    a = cl.classes.index(job.variability_class)
-    tau = max(cl.gpu_tier[k, i][a] for k, gs in held.items() for i in gs)
-    racks = {cl.rack_of[k] for k in held}
-    scale = 1.0 if len(held) == 1 else cl.cross_rack_scale if len(racks) > 1 else cl.rack_scale[next(iter(racks))]
-    return {k: tuple(sorted(gs)) for k, gs in held.items()}, tau, scale, len(held)
-
-
-def _value(jobs: tuple[JobSpec, ...], job: np.ndarray, gpu_type: np.ndarray, nodes: np.ndarray, gpus: np.ndarray,
-           tau: np.ndarray, sync: np.ndarray, spread: np.ndarray, frozen: tuple[np.ndarray, np.ndarray] | None = None):
-    """Best batch of every row in one vectorized call, each distinct (job, GPU type, shape, tier,
-    sync scale, spread factor and, with `frozen` = (c, s) per row, freeze scales) valued once,
-    with the parameters scaled as the docstring says (first by c and s, as scaled_params)."""
-    types = sorted(set(gpu_type.tolist()))
-    type_index = np.searchsorted(types, gpu_type)
-    columns = (job, type_index, nodes, gpus, tau, sync, spread) + (frozen or ())
-    codes = [np.unique(col, return_inverse=True) for col in columns]
-    key = np.zeros(len(job), dtype=np.int64)
-    for values, code in codes:  # one mixed-radix integer per row: a 1-D unique is much faster than axis=0
-        key = key * len(values) + code.ravel()
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    uj, ut, un, ur = job[first].astype(int), type_index[first], nodes[first].astype(int), gpus[first].astype(int)
-    utau, usync, uspread = tau[first], sync[first], spread[first]
-    table = np.zeros((len(jobs), len(types), 7))
-    for j, spec in enumerate(jobs):
-        for t, name in enumerate(types):
-            if name in spec.throughput:
-                table[j, t] = field_values(spec.throughput[name])
-    params = table[uj, ut]
-    if frozen is not None:
-        params = np.array(field_values(scaled_params(ThroughputParams(*params.T), frozen[0][first], frozen[1][first]))).T
-    params *= np.column_stack([utau, utau, usync, usync, np.ones((len(uj), 3))])
-    params[:, :6] *= uspread[:, None]
-    grad = np.array([field_values(s.grad_stats) for s in jobs]).reshape(-1, 2)[uj]
-    batch = np.array([field_values(s.batch) for s in jobs]).reshape(-1, 4)[uj]
-    fixed = np.array([s.fixed_bsz or 0 for s in jobs])[uj]
-    choice = best_batch(ThroughputParams(*params.T), GradStats(*grad.T), BatchLimits(*batch.T.astype(int)),
-                        un, ur, fixed)
-    inverse = inverse.ravel()
-    return choice.goodput[inverse], choice.local_bsz[inverse], choice.accum_steps[inverse]
-
-
-def _fair_rows(ri: RoundInput) -> dict[str, np.ndarray]:
-    """Each job's fair share (options.fair_shapes, goodput's) as a row valued on typical GPUs in one rack."""
-    groups = node_groups(ri)
-    j, g, n, r = fair_shapes(ri, groups)
-    t = np.array([grp.gpu_type for grp in groups], dtype=str)[g] if len(g) else np.zeros(0, str)
-    return {"job": j.astype(int), "gpu_type": t, "nodes": n.astype(int), "gpus": r.astype(int),
-            "tau": np.ones(len(j)), "sync_scale": np.ones(len(j)), "spread": np.ones(len(j))}
-
-
-def _undominated(o: JointOptions, util: np.ndarray) -> np.ndarray:
-    """Options that no other option of the same job beats with a subset of its resources:
-    within a pool or multi-node definition a larger shape must be worth more (prune_dominated);
-    on a heterogeneous node a composition must be worth more than every one it contains."""
-    kind, pool, job = o.kind, o.pool, o.job
-    key = np.where(kind == SINGLE, pool, np.where(kind == MULTI, pool + 1 + pool.max(initial=0), -1))
-    keep = prune_dominated(job, key, o.num_gpus, util)
-    for p, comp_list in o.compositions.items():
-        mine = np.flatnonzero((kind == COMP) & (pool == p))
-        if not len(mine):
-            continue
-        M = np.array(comp_list)
-        contains = (M[:, None, :] <= M[None, :, :]).all(axis=2) & ~np.eye(len(M), dtype=bool)  # [i', i]: i' in i
-        value = np.full((o.num_jobs, len(M)), -np.inf)
-        value[job[mine], o.comp_id[mine]] = util[mine]
-        beaten = np.asarray(((value[:, :, None] >= value[:, None, :]) & contains[None]).any(axis=1))
-        keep[mine] &= ~beaten[job[mine], o.comp_id[mine]]
-    return keep
-
-
-def enumerate_joint_options(ri: RoundInput, prune: bool = True) -> JointOptions:
-    """Every job's options with goodput, speedup and utility; prune=False keeps dominated ones
-    (freezing folds its levels in before pruning)."""
-    jobs, settings = ri.jobs, ri.settings
-    cl = joint_cluster(ri)
-    node_index = ri.cluster.node_index
-    comps = {p: compositions(pool) for p, pool in enumerate(cl.pools) if not pool.homogeneous}
-    multis: list[Multi] = []
-    types = sorted({pool.gpu_type for pool in cl.pools})
-    templates = [_class_templates(cl, a, comps, multis) for a in range(len(cl.classes))]
-    for T in templates:
-        T["type_code"] = np.searchsorted(types, T["gpu_type"]) if len(T["gpu_type"]) else np.zeros(0, int)
-    types_ok = np.array([[t in job.throughput for t in types] for job in jobs], dtype=bool).reshape(len(jobs), -1)
-    parts: list[dict[str, np.ndarray]] = []
-    stays = _Rows()
-    stay_job, stay_gpus = [], {}
-    for j, job in enumerate(jobs):
-        T = templates[cl.classes.index(job.variability_class)]
-        ok = (T["gpus"] >= job.min_gpus) & (T["gpus"] <= job.max_gpus)
-        if not types_ok[j].all():
-            ok &= types_ok[j][T["type_code"]]
-        parts.append({k: v[ok] for k, v in T.items()} | {"job": np.full(int(ok.sum()), j)})
-        if job.running and job.min_gpus <= len(job.current_gpus) <= job.max_gpus:
-            held, tau, scale, n = _stay(job, cl, node_index)
-            gpu_type = ri.cluster.nodes[next(iter(held))].gpu_type
-            if gpu_type in job.throughput:
-                stay_gpus[j] = held
-                stay_job.append(j)
-                stays.add(STAY, -1, n, len(job.current_gpus), tau, scale, gpu_type)
-    parts.append(stays.arrays() | {"job": np.asarray(stay_job, dtype=int)})
-    o = {k: np.concatenate([part[k] for part in parts if len(part["job"])] or [np.zeros(0)]) for k in parts[-1]}
-    o["job"], o["kind"], o["pool"] = o["job"].astype(int), o["kind"].astype(int), o["pool"].astype(int)
-    o["nodes"], o["gpus"], o["comp"] = o["nodes"].astype(int), o["gpus"].astype(int), o["comp"].astype(int)
-    job_arr, kind = o["job"], o["kind"]
-    # the options and the fair shares in one vectorized valuation
-    fair_rows = _fair_rows(ri)
-    spread = np.where(o["nodes"] > 1, cl.across_node_factor, 1.0)
-    rows = {k: np.concatenate([np.asarray(o[k] if k in o else spread), fair_rows[k]]) for k in fair_rows}
-    value, local, accum = _value(jobs, rows["job"], rows["gpu_type"], rows["nodes"], rows["gpus"],
-                                 rows["tau"].astype(float), rows["sync_scale"].astype(float), rows["spread"])
-    n = len(job_arr)
-    goodput, local, accum = value[:n], local[:n], accum[:n]
-    fair = np.zeros(len(jobs))
-    fair[fair_rows["job"]] = value[n:]
-    best = np.zeros(len(jobs))
-    np.maximum.at(best, job_arr, goodput)
-    fair = np.where(fair > 0, fair, best)
-    speedup = np.divide(goodput, fair[job_arr], out=np.zeros_like(goodput), where=fair[job_arr] > 0)
-    factor = np.array([restart_factor(job, settings) if job.running else 1.0 for job in jobs])
-    moves = (kind != STAY) & np.array([job.running for job in jobs], dtype=bool)[job_arr]
-    penalized = np.where(moves, speedup * factor[job_arr] if len(job_arr) else speedup, speedup)
-    keep = (goodput > 0) & (penalized > 0)
-    U0 = unallocated_utilities(job_arr, speedup, keep, len(jobs), settings)
-    pick = np.flatnonzero(keep)
-    opts = JointOptions(
-        round_input=ri, cluster=cl, job=job_arr[pick], kind=kind[pick], pool=o["pool"][pick],
-        num_nodes=o["nodes"][pick], num_gpus=o["gpus"][pick], comp_id=o["comp"][pick],
-        gpu_type=o["gpu_type"][pick], tau=o["tau"][pick].astype(float), sync_scale=o["sync_scale"][pick].astype(float),
-        compositions=comps, multi=tuple(multis), goodput=goodput[pick], speedup=speedup[pick],
-        penalized_speedup=penalized[pick], utility=utility(penalized[pick], settings.p), local_bsz=local[pick],
-        accum_steps=accum[pick], U0=U0, stay_gpus=stay_gpus,
-    ).subset(np.arange(len(pick)))
-    return opts.subset(np.flatnonzero(opts.undominated(opts.utility))) if prune else opts
+__all__ = ["JointModel", "Structure", "build_arrays", "build_pyomo", "decode", "greedy_point", "joint_model",
+           "option_label", "start_point", "structure"]
 
 
 @dataclass(frozen=True)
 class Structure:
-    """Index sets shared by the array and the Pyomo builds (the docstring's sets)."""
+    """The docstring's sets as the arrays, decode and the greedy index them (the Pyomo twin finds
+    its own from the options: `_names`)."""
 
     single_stayer: dict[int, tuple[int, int]]  # homogeneous node k in K1 -> (stay option, h_kc)
     multi_stayer: dict[int, list[tuple[int, int]]]  # homogeneous node k in K2 -> [(c, h_kc)]
@@ -486,6 +109,7 @@ class Structure:
 
 
 def structure(opts: JointOptions) -> Structure:
+    """The docstring's index sets of the options: stayers by node (K1, K2) and by slice, v and w columns."""
     cl = opts.cluster
     holders: dict[int, list[tuple[int, int]]] = {}
     slice_stayers: dict[tuple[int, int], list[tuple[int, int]]] = {}
@@ -510,8 +134,8 @@ def structure(opts: JointOptions) -> Structure:
 
 
 def _constraints(opts: JointOptions, st: Structure) -> dict[str, Rows]:
-    """Every constraint of the docstring, by tag. Both builds read these blocks, so the arrays
-    and the Pyomo model are the same rows."""
+    """Every constraint of the docstring but (minspd) as the arrays' rows, by tag. The Pyomo twin
+    writes them apart from the same algebra (build_pyomo), so that the two check each other."""
     cl, n, inf = opts.cluster, opts.num_options, math.inf
     num_v = len(st.v_cols)
     v_job = np.array([j for j, _ in st.v_cols], dtype=int)
@@ -606,16 +230,13 @@ def _minspd(opts: JointOptions, t: int) -> Rows:
     return block
 
 
-def _blocks(opts: JointOptions, st: Structure, num_cols: int) -> dict[str, Rows]:
+def build_arrays(opts: JointOptions, st: Structure) -> MilpArrays:
+    """The model as arrays for highspy and CP-SAT. Columns: x, then v, then w, then t (max-min)."""
+    c, col_hi, integer = _columns(opts, st)
     blocks = _constraints(opts, st)
     if opts.round_input.settings.max_min:
-        blocks["minspd"] = _minspd(opts, num_cols - 1)
-    return blocks
-
-
-def build_arrays(opts: JointOptions, st: Structure) -> MilpArrays:
-    c, col_hi, integer = _columns(opts, st)
-    A, lo, hi = stack_rows(list(_blocks(opts, st, len(c)).values()), len(c))
+        blocks["minspd"] = _minspd(opts, len(c) - 1)
+    A, lo, hi = stack_rows(list(blocks.values()), len(c))
     return MilpArrays(c=c, offset=float(opts.U0.sum()), A=A, row_lo=lo, row_hi=hi,
                       col_lo=np.zeros(len(c)), col_hi=col_hi, integer=integer, start=start_point(opts, st),
                       choice=_column_jobs(opts, st, len(c)))
@@ -629,49 +250,157 @@ def _column_jobs(opts: JointOptions, st: Structure, num_cols: int) -> np.ndarray
     return jobs
 
 
-def build_pyomo(opts: JointOptions, st: Structure) -> pyo.ConcreteModel:
-    """The same model in Pyomo: x indexed by (job id, option) as goodput's (option_label), with
-    the same parameters over C (gpus, nodes, speedup, utility: a customization written for one
-    model runs on the other), v by (job id, pool), w by (node, level), one Constraint per tag of
-    the docstring over the same rows."""
+@dataclass(frozen=True)
+class _Names:
+    """The docstring's sets over names, found from the options alone (not from Structure or the
+    arrays' rows): options are (job id, option) labels, pools "p0", "p1", ... (as in the labels),
+    nodes their ids."""
+
+    options: list[tuple[str, str]]  # C, in the arrays' column order
+    options_of: dict[str, list[tuple[str, str]]]  # C_j, every job (empty: no option)
+    pools: dict[str, Pool]  # W = H u X
+    members: dict[str, list[str]]  # K_w
+    singles: dict[str, list[tuple[str, str]]]  # g in H -> its single options
+    comps: dict[str, list[tuple[tuple[str, str], tuple[int, ...]]]]  # k in X -> (c, m_c) of its compositions
+    multis: dict[str, list[tuple[str, str]]]  # j -> its multi options
+    eligible: dict[tuple[str, str], list[tuple[str, str]]]  # (j, w) in V -> multi options c of j with w in E_c
+    held: dict[str, dict[tuple[str, str], int]]  # homogeneous node k -> S_k as {stay option: h_kc}
+    held_slice: dict[tuple[str, int], dict[tuple[str, str], int]]  # (k in X, s) -> {stay option: h_kcs > 0}
+    pool_of: dict[str, str]  # node -> its pool
+    V: list[tuple[str, str]]  # (j, w) with w in E_c of a multi option c of j, in the arrays' column order
+    takers: dict[str, list[str]]  # w -> every j with (j, w) in V
+    took: dict[str, list[str]]  # j -> every w with (j, w) in V
+    K2L: list[tuple[str, int]]  # (k, d): k in K2_g, d in L_g, in the arrays' column order
+
+
+def _names(opts: JointOptions) -> _Names:
+    """The docstring's sets over names (`_Names`), from the options and the cluster's pools."""
+    cl, jobs, nodes = opts.cluster, opts.round_input.jobs, opts.round_input.cluster.nodes
+    labels = [option_label(opts, c) for c in range(opts.num_options)]
+    pools = {f"p{p}": pool for p, pool in enumerate(cl.pools)}
+    node_id = [node.id for node in nodes]
+    options_of: dict[str, list[tuple[str, str]]] = {job.id: [] for job in jobs}
+    for label in labels:
+        options_of[label[0]].append(label)
+    singles: dict[str, list[tuple[str, str]]] = {g: [] for g, pool in pools.items() if pool.homogeneous}
+    for c in np.flatnonzero(opts.kind == SINGLE).tolist():
+        singles[f"p{opts.pool[c]}"].append(labels[c])
+    comps: dict[str, list[tuple[tuple[str, str], tuple[int, ...]]]] = {
+        node_id[pool.nodes[0]]: [] for pool in pools.values() if not pool.homogeneous}
+    for c in np.flatnonzero(opts.kind == COMP).tolist():
+        comps[node_id[cl.pools[opts.pool[c]].nodes[0]]].append((labels[c], opts.comp(c)))
+    multis: dict[str, list[tuple[str, str]]] = {job.id: [] for job in jobs}
+    eligible: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for c in np.flatnonzero(opts.kind == MULTI).tolist():
+        multis[labels[c][0]].append(labels[c])
+        for p in opts.multi[opts.pool[c]].pools:  # E_c
+            eligible.setdefault((labels[c][0], f"p{p}"), []).append(labels[c])
+    held: dict[str, dict[tuple[str, str], int]] = {}
+    held_slice: dict[tuple[str, int], dict[tuple[str, str], int]] = {}
+    for j, on in opts.stay_gpus.items():
+        stay = labels[opts.stay_option(j)]
+        for k, gpus in on.items():
+            pool = cl.pools[cl.pool_of[k]]
+            if pool.homogeneous:
+                held.setdefault(node_id[k], {})[stay] = len(gpus)
+                continue
+            for s, members in enumerate(pool.slices):
+                if set(gpus) & set(members):
+                    held_slice.setdefault((node_id[k], s), {})[stay] = len(set(gpus) & set(members))
+    pool_index = {g: p for p, g in enumerate(pools)}
+    job_index = {job.id: j for j, job in enumerate(jobs)}
+    V = sorted(eligible, key=lambda jw: (job_index[jw[0]], pool_index[jw[1]]))
+    takers: dict[str, list[str]] = {w: [] for w in pools}
+    took: dict[str, list[str]] = {job.id: [] for job in jobs}
+    for job_id, w in V:
+        takers[w].append(job_id)
+        took[job_id].append(w)
+    K2L = [(node_id[k], d) for k, node in enumerate(nodes) if len(held.get(node.id, {})) > 1
+           for d in cl.pools[cl.pool_of[k]].levels]
+    return _Names(labels, options_of, pools, {g: [node_id[k] for k in pool.nodes] for g, pool in pools.items()},
+                  singles, comps, multis, eligible, held, held_slice, {node_id[k]: f"p{p}" for k, p in cl.pool_of.items()},
+                  V, takers, took, K2L)
+
+
+def build_pyomo(opts: JointOptions) -> pyo.ConcreteModel:
+    """The same model in Pyomo, written constraint by constraint from the module docstring over
+    the sets of `_names` (not from the arrays' rows, so that the two builds check each other),
+    indexed by names: x[job id, option] (option_label), v[job id, pool], w[node id, d]; (one),
+    (pool) and (minspd) by job id, (elig) as v, (level) by (pool, d), (slots) as w, (slice) by
+    (node id, slice). The parameters a customization reads are goodput's, over the same (job id,
+    option) pairs C: gpus[c] (a_c), nodes[c] (n_c), speedup[c] (s'_c), utility[c] (u_c); and
+    U0[j] over J. `model.columns` lists x, v, w and t in the arrays' column order."""
     import pyomo.environ as pyo  # here, not at the top: rounds solved from arrays never load Pyomo
 
-    c, col_hi, integer = _columns(opts, st)
-    jobs = opts.round_input.jobs
+    nm = _names(opts)
+    labels = nm.options
     m = pyo.ConcreteModel(name="joint")
-    labels = [option_label(opts, k) for k in range(opts.num_options)]
+    m.J = pyo.Set(initialize=list(nm.options_of), ordered=True)
     m.C = pyo.Set(dimen=2, initialize=labels, ordered=True)
+    m.V = pyo.Set(dimen=2, initialize=nm.V, ordered=True)
+    m.HL = pyo.Set(dimen=2, initialize=[(g, d) for g, pool in nm.pools.items() if pool.homogeneous for d in pool.levels],
+                   ordered=True)
+    m.K2L = pyo.Set(dimen=2, initialize=nm.K2L, ordered=True)
+    m.XS = pyo.Set(dimen=2, initialize=[(pool_nodes[0], s) for g, pool_nodes in nm.members.items()
+                                        if not nm.pools[g].homogeneous for s in range(len(nm.pools[g].slices))],
+                   ordered=True)
     m.gpus = pyo.Param(m.C, initialize=dict(zip(labels, opts.num_gpus.tolist())))
     m.nodes = pyo.Param(m.C, initialize=dict(zip(labels, opts.num_nodes.tolist())))
     m.speedup = pyo.Param(m.C, initialize=dict(zip(labels, opts.penalized_speedup.tolist())))
     m.utility = pyo.Param(m.C, initialize=dict(zip(labels, opts.utility.tolist())))
-    m.V = pyo.Set(dimen=2, initialize=[(jobs[j].id, p) for j, p in st.v_cols], ordered=True)
-    m.K2L = pyo.Set(dimen=2, initialize=st.w_cols, ordered=True)
+    m.U0 = pyo.Param(m.J, initialize=dict(zip(nm.options_of, opts.U0.tolist())))
     m.x = pyo.Var(m.C, domain=pyo.Binary)
     m.v = pyo.Var(m.V, domain=pyo.NonNegativeIntegers)
     m.w = pyo.Var(m.K2L, domain=pyo.NonNegativeIntegers)
-    columns = [m.x[lab] for lab in labels] + [m.v[jobs[j].id, p] for j, p in st.v_cols] + [m.w[kd] for kd in st.w_cols]
+    skip = pyo.Constraint.Skip  # a row with no variable bounds nothing (and Pyomo refuses it)
+
+    def one(m, j):
+        return sum(m.x[c] for c in nm.options_of[j]) <= 1 if nm.options_of[j] else skip
+
+    def level(m, g, d):
+        K1 = [k for k in nm.members[g] if len(nm.held.get(k, {})) == 1]
+        K2 = [k for k in nm.members[g] if len(nm.held.get(k, {})) > 1]
+        G = nm.pools[g].gpus_per_node
+        terms = ([m.gpus[c] / d * m.x[c] for c in nm.singles[g] if m.gpus[c] >= d]
+                 + [G / d * m.v[j, g] for j in nm.takers[g]]
+                 + [math.ceil(h / d) * m.x[c] for k in K1 for c, h in nm.held[k].items()]
+                 + [-m.w[k, d] for k in K2])
+        return sum(terms) <= (len(nm.members[g]) - len(K2)) * G / d if terms else skip
+
+    def slots(m, k, d):
+        return d * m.w[k, d] + sum(h * m.x[c] for c, h in nm.held[k].items()) <= nm.pools[nm.pool_of[k]].gpus_per_node
+
+    def on_slice(m, k, s):
+        n_ks = len(nm.pools[nm.pool_of[k]].slices[s])
+        terms = ([mc[s] * m.x[c] for c, mc in nm.comps[k] if mc[s]]
+                 + [h * m.x[c] for c, h in nm.held_slice.get((k, s), {}).items()]
+                 + [n_ks * m.v[j, nm.pool_of[k]] for j in nm.takers[nm.pool_of[k]]])
+        return sum(terms) <= n_ks if terms else skip
+
+    def whole_nodes(m, j):
+        if not nm.multis[j]:
+            return skip
+        return sum(m.v[j, w] for w in nm.took[j]) == sum(m.nodes[c] * m.x[c] for c in nm.multis[j])
+
+    def elig(m, j, w):
+        return m.v[j, w] <= len(nm.members[w]) * sum(m.x[c] for c in nm.eligible[j, w])
+
+    m.one = pyo.Constraint(m.J, rule=one)
+    m.level = pyo.Constraint(m.HL, rule=level)
+    m.slots = pyo.Constraint(m.K2L, rule=slots)
+    m.slice = pyo.Constraint(m.XS, rule=on_slice)
+    m.pool = pyo.Constraint(m.J, rule=whole_nodes)
+    m.elig = pyo.Constraint(m.V, rule=elig)
+    p_mean = sum(m.U0[j] for j in m.J) + sum((m.utility[c] - m.U0[c[0]]) * m.x[c] for c in m.C)
+    m.columns = [m.x[c] for c in m.C] + [m.v[jw] for jw in m.V] + [m.w[kd] for kd in m.K2L]
     if opts.round_input.settings.max_min:
-        m.t = pyo.Var(domain=pyo.NonNegativeReals)
-        columns.append(m.t)
-    for var, ub in zip(columns, col_hi):
-        var.setub(float(ub))
-    for tag, block in _blocks(opts, st, len(c)).items():
-        r, k, v = block.coo()
-        A = sp.csr_matrix((v, (r, k)), shape=(len(block.keys), len(c)))
-        row_of = {key: i for i, key in enumerate(block.keys)}
-        setattr(m, tag, pyo.Constraint(block.keys, rule=lambda m, *key, A=A, block=block, row_of=row_of: _row(
-            columns, A, row_of[key], block.lo[row_of[key]], block.hi[row_of[key]])))
-    m.obj = pyo.Objective(expr=float(opts.U0.sum()) + sum(float(ci) * var for ci, var in zip(c, columns) if ci),
-                          sense=pyo.maximize)
-    m.columns = columns
+        m.t = pyo.Var(domain=pyo.NonNegativeReals, bounds=(0, max_min_upper(opts)))
+        m.minspd = pyo.Constraint(m.J, rule=lambda m, j: m.t <= sum(m.speedup[c] * m.x[c] for c in nm.options_of[j]))
+        m.obj = pyo.Objective(expr=max_min_weight(opts) * m.t + p_mean, sense=pyo.maximize)
+        m.columns.append(m.t)
+    else:
+        m.obj = pyo.Objective(expr=p_mean, sense=pyo.maximize)
     return m
-
-
-def _row(columns: list, A: sp.csr_matrix, i: int, lo: float, hi: float):
-    cols, vals = A.indices[A.indptr[i]:A.indptr[i + 1]], A.data[A.indptr[i]:A.indptr[i + 1]]
-    body = sum(float(a) * columns[k] for k, a in zip(cols, vals))
-    return body == hi if lo == hi else body <= hi
 
 
 def option_label(opts: JointOptions, c: int) -> tuple[str, str]:
@@ -803,7 +532,7 @@ class JointModel(OneModel):
         return build_arrays(self.opts, self.st)
 
     def pyomo(self) -> pyo.ConcreteModel:
-        return build_pyomo(self.opts, self.st)
+        return build_pyomo(self.opts)
 
     def start(self) -> np.ndarray:
         return start_point(self.opts, self.st)
