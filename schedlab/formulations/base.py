@@ -69,7 +69,7 @@ class CustomizedModel(OneModel):
     def start(self) -> np.ndarray | None:
         """The unchanged model's start where it satisfies the changed model, else None."""
         start = self.inner.start()
-        return start if _satisfies(self._pyomo, start) else None
+        return start if start is not None and _satisfies(self._pyomo, start) else None
 
     def decode(self, values: np.ndarray) -> tuple[JobAllocation, ...]:
         """The unchanged model's decoding: allocations follow from model.columns alone."""
