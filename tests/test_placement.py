@@ -4,6 +4,7 @@ the round formulation built on it, its Pyomo twin, and brute force over every as
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from dataclasses import replace
 
 import numpy as np
@@ -245,6 +246,16 @@ def test_pyomo_twin_has_the_arrays_points_and_objective(seed):
     assert by_pyomo.objective == pytest.approx(by_arrays.objective, abs=1e-6)
     assert model.arrays.max_violation(by_pyomo.values) <= 1e-6
     assert model.arrays.objective(by_pyomo.values) == pytest.approx(by_pyomo.objective, abs=1e-6)
+
+
+@pytest.mark.parametrize("pi", [tiny(seed, nodes=3, per_node=2, restart_penalty=0.3) for seed in range(4)]
+                         + [twin_rich(seed) for seed in range(4)])
+def test_arrays_and_pyomo_have_the_same_rows_of_each_tag(pi):
+    import pyomo.environ as pyo
+
+    rows = Counter(key[0] for key in build(pi).row_keys)
+    assert {"stay", "twins", "scarce"} & set(rows)
+    assert rows == {c.local_name: len(c) for c in build_pyomo(pi).component_objects(pyo.Constraint) if len(c)}
 
 
 @pytest.mark.parametrize("seed", range(10))

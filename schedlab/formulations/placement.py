@@ -87,10 +87,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 
 from schedlab.formulations.placement_problem import PlacementInput, PlacementJob
-from schedlab.milp import MilpArrays
+from schedlab.milp import MilpArrays, Rows, stack_rows
 
 if TYPE_CHECKING:
     import pyomo.environ as pyo
@@ -226,14 +225,15 @@ class JobColumns:
 
 @dataclass(frozen=True)
 class PlacementModel:
-    """The model as `build` writes it: its arrays, the GPU types and nodes its columns count and
-    each job's columns."""
+    """The model as `build` writes it: its arrays, the GPU types and nodes its columns count, each
+    job's columns, and each row's key (its tag in the module docstring, then its indices)."""
 
     arrays: MilpArrays
     types: tuple[tuple[str, ...], ...]  # GPU ids per type
     nodes: tuple[str, ...]
     jobs: tuple[JobColumns, ...]
     twin_groups: tuple[tuple[int, ...], ...] = ()  # ModelSets.twin_groups: (twins) orders them
+    row_keys: tuple[tuple, ...] = ()  # per row of arrays.A, e.g. ("node", j, k)
 
     @property
     def x_cols(self) -> dict[tuple[int, int], int]:
@@ -242,12 +242,14 @@ class PlacementModel:
 
 
 def build(pi: PlacementInput) -> PlacementModel:
-    """The model as arrays, row blocks tagged as in the module docstring. Columns, job by job:
-    x per type, y per node, z per tier >= 1, m, p, then s if the job can stay."""
+    """The model as arrays. Columns, job by job: x per type, y per node, z per tier >= 1, m, p,
+    then s if the job can stay. Rows are keyed by their tag in the module docstring and its
+    indices (job, type, node, tier), in one block: each job's rows, then (cap), (twins) and
+    (scarce) with its (scarce_count), the order the solvers have always been given."""
     st = model_sets(pi)
     types = range(len(st.types))
     cols: list[tuple[float, float, float, bool]] = []  # (c, lo, hi, integer)
-    rows: list[tuple[dict[int, float], float, float]] = []  # (coefficients, lo, hi)
+    rows = Rows()
 
     def col(c: float, hi: float, lo: float = 0.0, integer: bool = True) -> int:
         cols.append((c, lo, hi, integer))
@@ -264,47 +266,45 @@ def build(pi: PlacementInput) -> PlacementModel:
         m = col(0.0, 1.0, lo=float(st.spans(j)))
         p = col(-w * (1 - 1 / pi.across_node), inv0, integer=False)
         s = col(w * pi.restart_penalty, 1.0) if st.current[j] is not None else -1
-        rows.append(({x[k]: 1.0 for k in types}, G, G))  # (place)
+        rows.add_dict(("place", j), {x[k]: 1.0 for k in types}, G, G)
         for k in types:
-            rows.append(({x[k]: 1.0, y[st.node_of[k]]: -st.bound(j, k)}, -np.inf, 0.0))  # (node)
+            rows.add_dict(("node", j, k), {x[k]: 1.0, y[st.node_of[k]]: -st.bound(j, k)}, -np.inf, 0.0)
             if st.tier_of[j][k] >= 1:
-                rows.append(({x[k]: 1.0, z[st.tier_of[j][k] - 1]: -st.bound(j, k)}, -np.inf, 0.0))  # (tier)
+                rows.add_dict(("tier", j, k), {x[k]: 1.0, z[st.tier_of[j][k] - 1]: -st.bound(j, k)}, -np.inf, 0.0)
         for t in range(1, len(z)):
-            rows.append(({z[t]: 1.0, z[t - 1]: -1.0}, -np.inf, 0.0))  # (order)
-        for t in range(1, len(z) + 1):  # (cover)
-            rows.append(({**{x[k]: 1.0 for k in st.at_least(j, t)}, z[t - 1]: -G}, -np.inf, 0.0))
-        rows.append(({**{yn: 1.0 for yn in y}, m: -st.spread_max(j)}, -np.inf, 1.0))  # (spread)
+            rows.add_dict(("order", j, t + 1), {z[t]: 1.0, z[t - 1]: -1.0}, -np.inf, 0.0)
+        for t in range(1, len(z) + 1):
+            rows.add_dict(("cover", j, t), {**{x[k]: 1.0 for k in st.at_least(j, t)}, z[t - 1]: -G}, -np.inf, 0.0)
+        rows.add_dict(("spread", j), {**{yn: 1.0 for yn in y}, m: -st.spread_max(j)}, -np.inf, 1.0)
         if not st.spans(j):
-            for n, yn in enumerate(y):  # (onenode)
-                rows.append(({**{x[k]: 1.0 for k in st.on_node(n)}, yn: -G, m: G}, 0.0, np.inf))
+            for n, yn in enumerate(y):
+                rows.add_dict(("onenode", j, n), {**{x[k]: 1.0 for k in st.on_node(n)}, yn: -G, m: G}, 0.0, np.inf)
             alone = st.alone_tiers(j)
-            for t in range(1, len(z) + 1):  # (alone)
-                rows.append(({**{y[n]: 1.0 for n in np.flatnonzero(alone >= t)}, z[t - 1]: -1.0,
-                              m: -(1.0 + st.spread_max(j))}, -np.inf, 0.0))
-        rows.append(({p: 1.0, **{z[t]: -d[t] for t in range(len(z))}, m: -inv0}, 0.0, np.inf))  # (lost)
-        for k, count in (st.current[j] or {}).items():  # (stay)
-            rows.append(({x[k]: 1.0, s: -float(count)}, 0.0, np.inf))
+            for t in range(1, len(z) + 1):
+                rows.add_dict(("alone", j, t), {**{y[n]: 1.0 for n in np.flatnonzero(alone >= t)}, z[t - 1]: -1.0,
+                                                m: -(1.0 + st.spread_max(j))}, -np.inf, 0.0)
+        rows.add_dict(("lost", j), {p: 1.0, **{z[t]: -d[t] for t in range(len(z))}, m: -inv0}, 0.0, np.inf)
+        for k, count in (st.current[j] or {}).items():
+            rows.add_dict(("stay", j, k), {x[k]: 1.0, s: -float(count)}, 0.0, np.inf)
         job_cols.append(JobColumns(tuple(x), tuple(y), tuple(z), m, p, s, tuple(st.tiers[j])))
-    for k in types:  # (cap)
-        rows.append(({cols_j.x[k]: 1.0 for cols_j in job_cols}, -np.inf, float(st.cap[k])))
+    for k in types:
+        rows.add_dict(("cap", k), {cols_j.x[k]: 1.0 for cols_j in job_cols}, -np.inf, float(st.cap[k]))
     twin_groups = st.twin_groups(pi)
-    for a, b in (pair for group in twin_groups for pair in zip(group, group[1:])):  # (twins)
-        rows.append(({**{c: 1.0 for c in job_cols[a].z}, **{c: -1.0 for c in job_cols[b].z}}, 0.0, np.inf))
-    for (members, t), fast in st.scarce_tiers().items():  # (scarce)
+    for a, b in (pair for group in twin_groups for pair in zip(group, group[1:])):
+        rows.add_dict(("twins", a, b), {**{c: 1.0 for c in job_cols[a].z}, **{c: -1.0 for c in job_cols[b].z}},
+                      0.0, np.inf)
+    for (members, t), fast in st.scarce_tiers().items():
         need = {j: float(st.need[j]) for j in members}
-        rows.append(({job_cols[j].z[t - 1]: -g for j, g in need.items()}, -np.inf, fast - sum(need.values())))
-        for size, same in st.scarce_sizes(members, fast).items():  # (scarce_count)
-            rows.append(({job_cols[j].z[t - 1]: 1.0 for j in same}, float(len(same) - fast // size), np.inf))
+        rows.add_dict(("scarce", members[0], t), {job_cols[j].z[t - 1]: -g for j, g in need.items()}, -np.inf,
+                      fast - sum(need.values()))
+        for size, same in st.scarce_sizes(members, fast).items():
+            rows.add_dict(("scarce_count", members[0], t, size), {job_cols[j].z[t - 1]: 1.0 for j in same},
+                          float(len(same) - fast // size), np.inf)
     c, lo, hi, integer = (np.array(v) for v in zip(*cols)) if cols else (np.zeros(0),) * 4
-    data, indices, indptr = [], [], [0]
-    for coefs, _, _ in rows:
-        indices += list(coefs)
-        data += list(coefs.values())
-        indptr.append(len(indices))
-    A = sp.csr_matrix((data, indices, indptr), shape=(len(rows), len(cols)))
-    arrays = MilpArrays(c.astype(float), offset, A, np.array([r[1] for r in rows], float),
-                        np.array([r[2] for r in rows], float), lo.astype(float), hi.astype(float), integer.astype(bool))
-    return PlacementModel(arrays, st.types, st.nodes, tuple(job_cols), twin_groups)
+    A, row_lo, row_hi = stack_rows([rows], num_cols=len(cols))
+    arrays = MilpArrays(c.astype(float), offset, A, row_lo, row_hi, lo.astype(float), hi.astype(float),
+                        integer.astype(bool))
+    return PlacementModel(arrays, st.types, st.nodes, tuple(job_cols), twin_groups, tuple(rows.keys))
 
 
 def build_pyomo(pi: PlacementInput) -> pyo.ConcreteModel:
