@@ -4,6 +4,7 @@ the round formulation built on it, its Pyomo twin, and brute force over every as
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from dataclasses import replace
 
 import numpy as np
@@ -14,29 +15,25 @@ from hypothesis import strategies as st
 from schedlab.api import solve_round
 from schedlab.bench import random_round
 from schedlab.errors import InputError
-from schedlab.formulations.placement import (
+from schedlab.formulations.placement import build, build_pyomo, model_sets, point
+from schedlab.formulations.placement_greedy import pal_greedy
+from schedlab.formulations.placement_problem import (
     PlacementGpu,
     PlacementInput,
     PlacementJob,
-    build,
-    build_pyomo,
-    gpu_key,
     job_speed,
-    model_sets,
-    pal_greedy,
-    placement_model,
     placement_objective,
-    placement_view,
-    point,
-    solve_placement,
 )
+from schedlab.formulations.placement_round import placement_model, placement_view, solve_placement
 from schedlab.policies import PLACERS
 from schedlab.policies.placement import GreedyPlacementPolicy
 from schedlab.solvers.highs_direct import solve_highs
 from schedlab.solvers.pyomo_backend import solve_appsi_highs
+from schedlab.solvers.registry import solver
 from schedlab.state import Cluster, GpuRef, Node, RoundInput, Settings, Topology
 
 CLASSES = ("classA", "classB")
+HIGHS, CPSAT = solver("highs"), solver("cpsat")
 
 
 def tiny(seed: int, nodes: int = 2, per_node: int = 2, restart_penalty: float = 0.0) -> PlacementInput:
@@ -72,10 +69,10 @@ def brute_force(pi: PlacementInput) -> float:
 @pytest.mark.parametrize("seed", range(12))
 def test_worst_slowdown_linearization_equals_a_direct_max(seed):
     pi = tiny(seed, restart_penalty=0.3)
-    result = solve_placement(pi)
+    result = solve_placement(pi, HIGHS)
     assert result.status == "optimal"
     assert result.objective == pytest.approx(brute_force(pi), abs=1e-6)
-    assert solve_placement(pi, "cpsat").objective == pytest.approx(result.objective, abs=1e-6)  # the twin
+    assert solve_placement(pi, CPSAT).objective == pytest.approx(result.objective, abs=1e-6)  # the twin
 
 
 def test_cpsat_keeps_a_spread_job_on_its_fastest_gpus():
@@ -83,7 +80,7 @@ def test_cpsat_keeps_a_spread_job_on_its_fastest_gpus():
     CP-SAT's scaled model, rounded inward, had no point at all."""
     gpus = tuple(PlacementGpu(f"g{n}{k}", f"n{n}", {"classA": 1.3}) for n in range(2) for k in range(2))
     pi = PlacementInput(gpus, (PlacementJob("j", 4, "classA"),))
-    out = solve_placement(pi, "cpsat")
+    out = solve_placement(pi, CPSAT)
     assert out.status == "optimal"
     assert out.objective == pytest.approx(1 / (1.3 * 1.7), abs=1e-9)
 
@@ -105,7 +102,7 @@ def test_the_valid_inequalities_keep_the_optimum(seed):
     pi = twin_rich(seed)
     st = model_sets(pi)
     assert st.twins(pi) or st.scarce_tiers()
-    result = solve_placement(pi, mip_gap=0.0)
+    result = solve_placement(pi, HIGHS, mip_gap=0.0)
     assert result.status == "optimal"
     assert result.objective == pytest.approx(brute_force(pi), abs=1e-9)
 
@@ -130,7 +127,7 @@ def test_a_start_placement_is_a_point_of_the_model_whatever_its_twins_order(seed
 @pytest.mark.parametrize("seed", range(8))
 def test_exact_placement_is_never_worse_than_pal_greedy(seed):
     pi = tiny(seed, nodes=4, per_node=4, restart_penalty=0.1)
-    exact = solve_placement(pi)
+    exact = solve_placement(pi, HIGHS)
     assert exact.status == "optimal"
     greedy = placement_objective(pi, pal_greedy(pi, np.random.default_rng(seed)))
     assert exact.objective >= greedy - 1e-9
@@ -162,9 +159,9 @@ def test_speed_is_one_over_worst_slowdown_times_locality():
     job = pi.jobs[0]
     assert job_speed(pi, job, ("a", "b")) == pytest.approx(0.8)
     assert job_speed(pi, job, ("a", "c")) == pytest.approx(0.5)
-    assert solve_placement(pi).placement == {"j": ("a", "b")}  # slow GPU beats spreading at L = 2
+    assert solve_placement(pi, HIGHS).placement == {"j": ("a", "b")}  # slow GPU beats spreading at L = 2
     wide = PlacementInput(gpus, pi.jobs, across_node=1.1)
-    assert solve_placement(wide).placement == {"j": ("a", "c")}  # and loses at L = 1.1
+    assert solve_placement(wide, HIGHS).placement == {"j": ("a", "c")}  # and loses at L = 1.1
 
 
 def test_warm_started_exact_placement_under_a_time_limit_is_never_worse_than_its_start():
@@ -175,7 +172,7 @@ def test_warm_started_exact_placement_under_a_time_limit_is_never_worse_than_its
     jobs = tuple(PlacementJob(f"j{i}", s, CLASSES[i % 2]) for i, s in enumerate(sizes))
     pi = PlacementInput(gpus, jobs)
     greedy = pal_greedy(pi, rng)
-    result = solve_placement(pi, time_limit_s=0.05, start=greedy)
+    result = solve_placement(pi, HIGHS, time_limit_s=0.05, start=greedy)
     assert result.objective >= placement_objective(pi, greedy) - 1e-9
 
 
@@ -188,12 +185,12 @@ def test_a_solver_out_of_time_before_any_point_answers_with_its_start_flagged():
     jobs = tuple(PlacementJob(f"j{i}", [1, 2, 4, 8][i % 4], CLASSES[i % 2]) for i in range(30))
     pi = PlacementInput(gpus, jobs)
     greedy = pal_greedy(pi, rng)
-    result = solve_placement(pi, "cpsat", time_limit_s=0.001, start=greedy)
+    result = solve_placement(pi, CPSAT, time_limit_s=0.001, start=greedy)
     assert result.status == "time_limit"
     # the greedy's GPU sets, interchangeable jobs' exchanged as (twins) orders them
     assert sorted(result.placement.values()) == sorted(tuple(sorted(g)) for g in greedy.values())
     assert result.objective == pytest.approx(placement_objective(pi, greedy), abs=1e-12)
-    assert solve_placement(pi, "cpsat", time_limit_s=0.001).placement == result.placement  # PAL's greedy by default
+    assert solve_placement(pi, CPSAT, time_limit_s=0.001).placement == result.placement  # PAL's greedy by default
 
 
 def small_round(seed: int, max_gpus: int = 12, max_jobs: int = 4) -> RoundInput:
@@ -232,7 +229,7 @@ def test_round_formulation_is_the_same_model_in_arrays_and_pyomo(seed):
     view = placement_view(ri)
     for job, pjob, a in zip(ri.jobs, view.pi.jobs, arrays.allocations):  # each job whole, at its speed
         assert len(a.gpus) == job.requested_gpus and list(a.gpus) == sorted(a.gpus)
-        assert a.speedup == pytest.approx(job_speed(view.pi, pjob, tuple(map(gpu_key, a.gpus))))
+        assert a.speedup == pytest.approx(job_speed(view.pi, pjob, tuple(ref.key for ref in a.gpus)))
         assert a.restarted == (bool(job.current_gpus) and set(a.gpus) != set(job.current_gpus))
 
 
@@ -249,6 +246,16 @@ def test_pyomo_twin_has_the_arrays_points_and_objective(seed):
     assert by_pyomo.objective == pytest.approx(by_arrays.objective, abs=1e-6)
     assert model.arrays.max_violation(by_pyomo.values) <= 1e-6
     assert model.arrays.objective(by_pyomo.values) == pytest.approx(by_pyomo.objective, abs=1e-6)
+
+
+@pytest.mark.parametrize("pi", [tiny(seed, nodes=3, per_node=2, restart_penalty=0.3) for seed in range(4)]
+                         + [twin_rich(seed) for seed in range(4)])
+def test_arrays_and_pyomo_have_the_same_rows_of_each_tag(pi):
+    import pyomo.environ as pyo
+
+    rows = Counter(key[0] for key in build(pi).row_keys)
+    assert {"stay", "twins", "scarce"} & set(rows)
+    assert rows == {c.local_name: len(c) for c in build_pyomo(pi).component_objects(pyo.Constraint) if len(c)}
 
 
 @pytest.mark.parametrize("seed", range(10))

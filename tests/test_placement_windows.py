@@ -8,8 +8,13 @@ import numpy as np
 import pytest
 
 from schedlab.experiments.placement_scale import full_round
-from schedlab.formulations.placement import PlacementInput, pal_greedy, placement_objective, solve_placement
+from schedlab.formulations.placement_greedy import pal_greedy
+from schedlab.formulations.placement_problem import PlacementInput, placement_objective
+from schedlab.formulations.placement_round import solve_placement
 from schedlab.formulations.placement_windows import search_windows, sub_input, window_nodes
+from schedlab.solvers.registry import solver
+
+PORTFOLIO = solver("portfolio")
 
 
 def _valid(pi: PlacementInput, placement: dict[str, tuple[str, ...]]) -> None:
@@ -19,7 +24,7 @@ def _valid(pi: PlacementInput, placement: dict[str, tuple[str, ...]]) -> None:
 
 
 def _exact(time_limit_s: float = 30.0):
-    return lambda sub, left_s, sub_start: solve_placement(sub, "portfolio", min(left_s, time_limit_s),
+    return lambda sub, left_s, sub_start: solve_placement(sub, PORTFOLIO, min(left_s, time_limit_s),
                                                           start=sub_start).placement
 
 
@@ -28,7 +33,7 @@ def test_a_window_as_large_as_the_cluster_is_the_exact_model(seed):
     pi = full_round(32, seed, np.random.default_rng(seed))
     greedy = pal_greedy(pi, np.random.default_rng(seed))
     found = search_windows(pi, greedy, 60.0, _exact(), window_gpus=len(pi.gpus))
-    exact = solve_placement(pi, "portfolio", 60.0, start=greedy)
+    exact = solve_placement(pi, PORTFOLIO, 60.0, start=greedy)
     assert exact.status == "optimal"
     _valid(pi, found.placement)
     assert placement_objective(pi, found.placement) == pytest.approx(exact.objective, abs=1e-6)
@@ -56,7 +61,7 @@ def test_a_window_frees_only_the_jobs_inside_it_and_their_gpus():
 def test_windows_beat_pal_greedy_on_a_full_512_gpu_round():
     pi = full_round(512, 0, np.random.default_rng(0))
     greedy = pal_greedy(pi, np.random.default_rng(0))
-    result = solve_placement(pi, "portfolio", time_limit_s=3.0, start=greedy)
+    result = solve_placement(pi, PORTFOLIO, time_limit_s=3.0, start=greedy)
     _valid(pi, result.placement)
     assert result.status == "time_limit"
     assert result.objective > placement_objective(pi, greedy) + 1e-6

@@ -17,19 +17,14 @@ import time
 import numpy as np
 
 from schedlab.clusters import ClusterSpec, make_cluster
-from schedlab.formulations.placement import (
-    EXACT_MAX_GPUS,
-    PlacementGpu,
-    PlacementInput,
-    PlacementJob,
-    build,
-    placement_objective,
-    solve_placement,
-)
+from schedlab.formulations.placement import build
+from schedlab.formulations.placement_greedy import pal_greedy
+from schedlab.formulations.placement_problem import PlacementGpu, PlacementInput, PlacementJob, placement_objective
+from schedlab.formulations.placement_round import EXACT_MAX_GPUS, solve_placement
 from schedlab.io import json_text
 from schedlab.models.variability import CLASSES
-from schedlab.policies.placement import pal_greedy
 from schedlab.solvers.registry import array_solver_names
+from schedlab.solvers.registry import solver as registry_solver
 from schedlab.state import Settings
 
 
@@ -54,7 +49,7 @@ def measure(num_gpus: int, seed: int, solver: str, time_limit_s: float, mip_gap:
     greedy = pal_greedy(pi, np.random.default_rng(seed))
     greedy_ms = 1e3 * (time.perf_counter() - t0)
     rows, cols = build(pi).arrays.A.shape if num_gpus <= EXACT_MAX_GPUS else (0, 0)
-    exact = solve_placement(pi, solver, time_limit_s=time_limit_s, mip_gap=mip_gap, start=greedy)
+    exact = solve_placement(pi, registry_solver(solver), time_limit_s=time_limit_s, mip_gap=mip_gap, start=greedy)
     return {"gpus": num_gpus, "seed": seed, "jobs": len(pi.jobs), "greedy_ms": greedy_ms, "rows": rows, "cols": cols,
             "exact_ms": 1e3 * (exact.build_s + exact.solve_s), "status": exact.status,
             "vs_greedy": exact.objective / placement_objective(pi, greedy) - 1}

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from schedlab.formulations.goodput import goodput_model
 from schedlab.formulations.joint import joint_model
-from schedlab.formulations.placement import placement_model
+from schedlab.formulations.placement_round import placement_model
 from schedlab.milp import RoundModel
 from schedlab.state import RoundInput
 

@@ -59,7 +59,7 @@ Valid inequalities (no integer point is cut off; they tighten the LP bound or br
 `build` writes these as arrays and `build_pyomo` as Pyomo components of the same names, from
 the same index sets (`model_sets`), with the columns in one order: a test solves both.
 
-As a round formulation (`placement_model`, FORMULATIONS["placement"]), every job of a RoundInput
+As a round formulation (`placement_round.placement_model`, FORMULATIONS["placement"]), every job of a RoundInput
 is placed on exactly G_j = requested_gpus (else min_gpus) GPUs of its cluster: a GPU's slowdown
 for a class is Node.slowdown's (1 where the node does not list the class), L the topology's
 across_node_factor (1 without a topology), w_j = 1 and rho_j = 0 (a move shows in
@@ -69,8 +69,8 @@ the fallback, so an answer is never worse than it. Limitations: one GPU type per
 slowdowns compare GPUs of one type), and every job given is placed: the caller chooses which
 jobs run (policies.placement: PAL's queue; policies.compose: an allocation policy).
 
-What we changed from PAL: PAL places greedily (`pal_greedy`, here because it is this model's
-warm start; policies.placement runs it as the `pal` policy); this is the exact model of the same
+What we changed from PAL: PAL places greedily (`placement_greedy.pal_greedy`, a formulation because it is this
+model's warm start; policies.placement runs it as the `pal` policy); this is the exact model of the same
 trade-off. The valid inequalities are ours: on full random 64-GPU rounds
 (experiments/placement_scale.py) they take the LP bound from 0.3-0.9 % to 0.03-0.2 % above the
 optimum, and, with CP-SAT's full linearization (solvers.cpsat), the portfolio proves all of ten
@@ -81,211 +81,21 @@ across-node factor); moving a job costs rho_j of its weight, PAL's "same GPUs, n
 
 from __future__ import annotations
 
-import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 
-from schedlab.errors import InputError
-from schedlab.milp import FAILED, TIME_LIMIT, MilpArrays, OneModel, SolveOutcome, Solver
-from schedlab.models.efficiency import split_fixed_batch
-from schedlab.state import GpuRef, JobAllocation, JobSpec, RoundInput, Settings, Status
+from schedlab.formulations.placement_problem import PlacementInput, PlacementJob
+from schedlab.milp import MilpArrays, Rows, stack_rows
 
 if TYPE_CHECKING:
     import pyomo.environ as pyo
 
-Placement = dict[str, tuple[str, ...]]  # job id -> GPU ids
-
-
-@dataclass(frozen=True)
-class PlacementGpu:
-    id: str
-    node: str
-    slowdown: Mapping[str, float]  # application class -> factor (1 = typical, higher = slower)
-
-
-@dataclass(frozen=True)
-class PlacementJob:
-    id: str
-    num_gpus: int
-    app_class: str
-    current_gpus: tuple[str, ...] = ()
-    weight: float = 1.0
-
-
-@dataclass(frozen=True)
-class PlacementInput:
-    gpus: tuple[PlacementGpu, ...]  # the GPUs the chosen jobs may use
-    jobs: tuple[PlacementJob, ...]  # the jobs chosen to run, all to be placed
-    across_node: float = 1.7
-    restart_penalty: float = 0.0  # rho: fraction of a round's speed a move costs
-    gpu_index: dict[str, PlacementGpu] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self):
-        object.__setattr__(self, "gpu_index", {g.id: g for g in self.gpus})
-        need = sum(j.num_gpus for j in self.jobs)
-        if need > len(self.gpus):
-            raise InputError([f"placement: jobs need {need} GPUs, {len(self.gpus)} offered; choose fewer jobs"])
-        holder: dict[str, str] = {}
-        for j in self.jobs:
-            for g in j.current_gpus:
-                if g in holder:
-                    raise InputError([f"placement: GPU {g} is current for both {holder[g]} and {j.id}; "
-                                      "a GPU runs one job"])
-                holder[g] = j.id
-        first_of_class = {j.app_class: j for j in reversed(self.jobs)}
-        for c, j in first_of_class.items():
-            missing = next((g for g in self.gpus if c not in g.slowdown), None)
-            if missing is not None:
-                raise InputError([f"placement: GPU {missing.id} has no slowdown for class {c!r} (job {j.id})"])
-
-    def node_of(self, gpu: str) -> str:
-        return self.gpu_index[gpu].node
-
-    def by_node(self, gpu_ids: Iterable[str]) -> dict[str, list[str]]:
-        """The GPUs grouped by node, in the order given."""
-        out: dict[str, list[str]] = {}
-        for g in gpu_ids:
-            out.setdefault(self.node_of(g), []).append(g)
-        return out
-
-
-def job_speed(pi: PlacementInput, job: PlacementJob, gpu_ids: tuple[str, ...]) -> float:
-    """1 / (worst slowdown of its GPUs x locality factor)."""
-    chosen = [pi.gpu_index[g] for g in gpu_ids]
-    worst = max(g.slowdown[job.app_class] for g in chosen)
-    spread = pi.across_node if len({g.node for g in chosen}) > 1 else 1.0
-    return 1.0 / (worst * spread)
-
-
-def moved(job: PlacementJob, gpu_ids: tuple[str, ...]) -> bool:
-    return bool(job.current_gpus) and set(gpu_ids) != set(job.current_gpus)
-
-
-def placement_objective(pi: PlacementInput, placement: Mapping[str, tuple[str, ...]]) -> float:
-    """The round objective of a placement (job id -> GPU ids), as the MILP counts it."""
-    total = 0.0
-    for job in pi.jobs:
-        gpu_ids = placement[job.id]
-        total += job.weight * (job_speed(pi, job, gpu_ids) - pi.restart_penalty * moved(job, gpu_ids))
-    return total
-
-
-def _sf(pi: PlacementInput, job: PlacementJob, gpu: str) -> float:
-    return pi.gpu_index[gpu].slowdown[job.app_class]
-
-
-def pm_take(pi: PlacementInput, job: PlacementJob, free: list[str]) -> list[str]:
-    """PM-First: lowest slowdown first; ties go to the node with the most GPUs at that slowdown."""
-    per_node = pi.by_node(free)
-    same = {g: sum(1 for h in per_node[pi.node_of(g)] if _sf(pi, job, h) == _sf(pi, job, g)) for g in free}
-    ranked = sorted(free, key=lambda g: (_sf(pi, job, g), -same[g], pi.node_of(g), g))
-    return ranked[: job.num_gpus]
-
-
-def pal_greedy(pi: PlacementInput, rng: np.random.Generator) -> Placement:
-    """PAL's greedy as published (Alg. 1): per class, entries (sf, within one node) costed sf and
-    (sf, across nodes) costed sf x L, sorted by cost; jobs of the most variability-sensitive class
-    first take the cheapest entry that fits.
-
-    The cheapest entries that fit are found directly rather than by walking the sorted entries:
-    within one node, the least level at which some node has G_j free GPUs (the smallest G_j-th
-    slowdown over nodes); across nodes, the G_j-th smallest free slowdown. Ties go as in the entry
-    order: within before across, then the tightest node (fewest GPUs at or under the level), then
-    node and GPU ids. O(J x N) numpy work, so a 65,536-GPU round takes seconds, not hours."""
-    state = _GreedyState.of(pi)
-    sensitivity = {c: float(np.ptp(sf)) for c, sf in state.sf.items()}
-    order = sorted(range(len(pi.jobs)), key=lambda j: (-sensitivity[pi.jobs[j].app_class], j))
-    out = {}
-    for j in order:
-        job = pi.jobs[j]
-        out[job.id] = tuple(pi.gpus[g].id for g in state.take(job.app_class, job.num_gpus, pi.across_node))
-    return {job.id: out[job.id] for job in pi.jobs}
-
-
-@dataclass
-class _GreedyState:
-    """The free GPUs, per class: rows[c][n] the slowdowns of node n's free GPUs ascending (by
-    slowdown, then GPU id; padded with inf) and gpu_rows[c][n] their GPU indices (-1 padding);
-    across[c] every GPU in (slowdown, node id, GPU id) order."""
-
-    sf: dict[str, np.ndarray]
-    rows: dict[str, np.ndarray]
-    gpu_rows: dict[str, np.ndarray]
-    across: dict[str, np.ndarray]
-    first_free: dict[str, int]  # across[c][:first_free[c]] are all taken
-    node_of: np.ndarray  # GPU index -> node index (nodes in id order)
-    free: np.ndarray
-
-    @classmethod
-    def of(cls, pi: PlacementInput) -> _GreedyState:
-        classes = sorted({j.app_class for j in pi.jobs})
-        gpu_rank = np.argsort(np.argsort([g.id for g in pi.gpus], kind="stable"), kind="stable")
-        node_ids = sorted({g.node for g in pi.gpus})
-        node_of = np.searchsorted(node_ids, [g.node for g in pi.gpus])
-        per_node = np.bincount(node_of, minlength=len(node_ids)) if pi.gpus else np.zeros(0, int)
-        width = int(per_node.max(initial=0))
-        sf = {c: np.array([g.slowdown[c] for g in pi.gpus], dtype=float) for c in classes}
-        rows, gpu_rows, across = {}, {}, {}
-        for c in classes:
-            by_node = np.lexsort((gpu_rank, sf[c], node_of))  # node, then slowdown, then GPU id
-            slot = np.arange(len(pi.gpus)) - np.repeat(np.cumsum(per_node) - per_node, per_node)
-            rows[c] = np.full((len(node_ids), width), np.inf)
-            gpu_rows[c] = np.full((len(node_ids), width), -1)
-            rows[c][node_of[by_node], slot] = sf[c][by_node]
-            gpu_rows[c][node_of[by_node], slot] = by_node
-            across[c] = np.lexsort((gpu_rank, node_of, sf[c]))
-        return cls(sf, rows, gpu_rows, across, dict.fromkeys(classes, 0), node_of, np.ones(len(pi.gpus), bool))
-
-    def take(self, app_class: str, need: int, across_factor: float) -> np.ndarray:
-        """The GPUs PAL's entry order gives a job of `need` GPUs, marked taken."""
-        rows, gpu_rows = self.rows[app_class], self.gpu_rows[app_class]
-        spread = self._across(app_class, need)
-        level = np.inf
-        if need <= rows.shape[1] and len(rows):
-            col = rows[:, need - 1]
-            level = col.min()
-        if level <= self.sf[app_class][spread[-1]] * across_factor:
-            fits = col == level  # the nodes that fit at the level; the tightest holds the fewest GPUs at or under it
-            tight = int(np.argmax(fits))  # the first node on ties, and where every fitting node is full
-            for count in range(need, rows.shape[1]):  # nodes with just `count` GPUs at or under the level
-                tighter = fits & (rows[:, count] > level)
-                if tighter.any():
-                    tight = int(np.argmax(tighter))
-                    break
-            chosen = gpu_rows[tight, :need].copy()  # a copy: _remove rewrites the row
-        else:
-            chosen = spread
-        self._remove(chosen)
-        return chosen
-
-    def _across(self, app_class: str, need: int) -> np.ndarray:
-        order, start = self.across[app_class], self.first_free[app_class]
-        while not self.free[order[start]]:  # past the taken prefix, once per GPU in all
-            start += 1
-        self.first_free[app_class] = start
-        found: list[int] = []
-        while len(found) < need:  # in chunks: the free GPUs are mostly near the front
-            chunk = order[start:start + 4 * need + 64]
-            found.extend(chunk[self.free[chunk]][: need - len(found)])
-            start += len(chunk)
-        return np.array(found)
-
-    def _remove(self, gpus: np.ndarray) -> None:
-        self.free[gpus] = False
-        for n in np.unique(self.node_of[gpus]):
-            for c in self.rows:
-                row = self.gpu_rows[c][n]
-                keep = (row >= 0) & self.free[row]
-                kept = int(keep.sum())
-                self.rows[c][n, :kept] = self.rows[c][n, keep]
-                self.gpu_rows[c][n, :kept] = row[keep]
-                self.rows[c][n, kept:] = np.inf
-                self.gpu_rows[c][n, kept:] = -1
+__all__ = ["JobColumns", "ModelSets", "PlacementModel", "build", "build_pyomo", "decode", "gpu_types", "model_sets",
+           "point", "twins_ordered"]
 
 
 @dataclass(frozen=True)
@@ -383,6 +193,7 @@ def gpu_types(pi: PlacementInput) -> list[tuple[str, ...]]:
 
 
 def model_sets(pi: PlacementInput) -> ModelSets:
+    """The index sets and parameters of the model of `pi` (module docstring)."""
     types = gpu_types(pi)
     type_of = _type_of(types)
     cap = np.array([len(t) for t in types], dtype=int)
@@ -414,24 +225,31 @@ class JobColumns:
 
 @dataclass(frozen=True)
 class PlacementModel:
+    """The model as `build` writes it: its arrays, the GPU types and nodes its columns count, each
+    job's columns, and each row's key (its tag in the module docstring, then its indices)."""
+
     arrays: MilpArrays
     types: tuple[tuple[str, ...], ...]  # GPU ids per type
     nodes: tuple[str, ...]
     jobs: tuple[JobColumns, ...]
     twin_groups: tuple[tuple[int, ...], ...] = ()  # ModelSets.twin_groups: (twins) orders them
+    row_keys: tuple[tuple, ...] = ()  # per row of arrays.A, e.g. ("node", j, k)
 
     @property
     def x_cols(self) -> dict[tuple[int, int], int]:
+        """(job, type) -> the column of x_jk."""
         return {(j, k): c for j, cols in enumerate(self.jobs) for k, c in enumerate(cols.x)}
 
 
 def build(pi: PlacementInput) -> PlacementModel:
-    """The model as arrays, row blocks tagged as in the module docstring. Columns, job by job:
-    x per type, y per node, z per tier >= 1, m, p, then s if the job can stay."""
+    """The model as arrays. Columns, job by job: x per type, y per node, z per tier >= 1, m, p,
+    then s if the job can stay. Rows are keyed by their tag in the module docstring and its
+    indices (job, type, node, tier), in one block: each job's rows, then (cap), (twins) and
+    (scarce) with its (scarce_count), the order the solvers have always been given."""
     st = model_sets(pi)
     types = range(len(st.types))
     cols: list[tuple[float, float, float, bool]] = []  # (c, lo, hi, integer)
-    rows: list[tuple[dict[int, float], float, float]] = []  # (coefficients, lo, hi)
+    rows = Rows()
 
     def col(c: float, hi: float, lo: float = 0.0, integer: bool = True) -> int:
         cols.append((c, lo, hi, integer))
@@ -448,47 +266,45 @@ def build(pi: PlacementInput) -> PlacementModel:
         m = col(0.0, 1.0, lo=float(st.spans(j)))
         p = col(-w * (1 - 1 / pi.across_node), inv0, integer=False)
         s = col(w * pi.restart_penalty, 1.0) if st.current[j] is not None else -1
-        rows.append(({x[k]: 1.0 for k in types}, G, G))  # (place)
+        rows.add_dict(("place", j), {x[k]: 1.0 for k in types}, G, G)
         for k in types:
-            rows.append(({x[k]: 1.0, y[st.node_of[k]]: -st.bound(j, k)}, -np.inf, 0.0))  # (node)
+            rows.add_dict(("node", j, k), {x[k]: 1.0, y[st.node_of[k]]: -st.bound(j, k)}, -np.inf, 0.0)
             if st.tier_of[j][k] >= 1:
-                rows.append(({x[k]: 1.0, z[st.tier_of[j][k] - 1]: -st.bound(j, k)}, -np.inf, 0.0))  # (tier)
+                rows.add_dict(("tier", j, k), {x[k]: 1.0, z[st.tier_of[j][k] - 1]: -st.bound(j, k)}, -np.inf, 0.0)
         for t in range(1, len(z)):
-            rows.append(({z[t]: 1.0, z[t - 1]: -1.0}, -np.inf, 0.0))  # (order)
-        for t in range(1, len(z) + 1):  # (cover)
-            rows.append(({**{x[k]: 1.0 for k in st.at_least(j, t)}, z[t - 1]: -G}, -np.inf, 0.0))
-        rows.append(({**{yn: 1.0 for yn in y}, m: -st.spread_max(j)}, -np.inf, 1.0))  # (spread)
+            rows.add_dict(("order", j, t + 1), {z[t]: 1.0, z[t - 1]: -1.0}, -np.inf, 0.0)
+        for t in range(1, len(z) + 1):
+            rows.add_dict(("cover", j, t), {**{x[k]: 1.0 for k in st.at_least(j, t)}, z[t - 1]: -G}, -np.inf, 0.0)
+        rows.add_dict(("spread", j), {**{yn: 1.0 for yn in y}, m: -st.spread_max(j)}, -np.inf, 1.0)
         if not st.spans(j):
-            for n, yn in enumerate(y):  # (onenode)
-                rows.append(({**{x[k]: 1.0 for k in st.on_node(n)}, yn: -G, m: G}, 0.0, np.inf))
+            for n, yn in enumerate(y):
+                rows.add_dict(("onenode", j, n), {**{x[k]: 1.0 for k in st.on_node(n)}, yn: -G, m: G}, 0.0, np.inf)
             alone = st.alone_tiers(j)
-            for t in range(1, len(z) + 1):  # (alone)
-                rows.append(({**{y[n]: 1.0 for n in np.flatnonzero(alone >= t)}, z[t - 1]: -1.0,
-                              m: -(1.0 + st.spread_max(j))}, -np.inf, 0.0))
-        rows.append(({p: 1.0, **{z[t]: -d[t] for t in range(len(z))}, m: -inv0}, 0.0, np.inf))  # (lost)
-        for k, count in (st.current[j] or {}).items():  # (stay)
-            rows.append(({x[k]: 1.0, s: -float(count)}, 0.0, np.inf))
+            for t in range(1, len(z) + 1):
+                rows.add_dict(("alone", j, t), {**{y[n]: 1.0 for n in np.flatnonzero(alone >= t)}, z[t - 1]: -1.0,
+                                                m: -(1.0 + st.spread_max(j))}, -np.inf, 0.0)
+        rows.add_dict(("lost", j), {p: 1.0, **{z[t]: -d[t] for t in range(len(z))}, m: -inv0}, 0.0, np.inf)
+        for k, count in (st.current[j] or {}).items():
+            rows.add_dict(("stay", j, k), {x[k]: 1.0, s: -float(count)}, 0.0, np.inf)
         job_cols.append(JobColumns(tuple(x), tuple(y), tuple(z), m, p, s, tuple(st.tiers[j])))
-    for k in types:  # (cap)
-        rows.append(({cols_j.x[k]: 1.0 for cols_j in job_cols}, -np.inf, float(st.cap[k])))
+    for k in types:
+        rows.add_dict(("cap", k), {cols_j.x[k]: 1.0 for cols_j in job_cols}, -np.inf, float(st.cap[k]))
     twin_groups = st.twin_groups(pi)
-    for a, b in (pair for group in twin_groups for pair in zip(group, group[1:])):  # (twins)
-        rows.append(({**{c: 1.0 for c in job_cols[a].z}, **{c: -1.0 for c in job_cols[b].z}}, 0.0, np.inf))
-    for (members, t), fast in st.scarce_tiers().items():  # (scarce)
+    for a, b in (pair for group in twin_groups for pair in zip(group, group[1:])):
+        rows.add_dict(("twins", a, b), {**{c: 1.0 for c in job_cols[a].z}, **{c: -1.0 for c in job_cols[b].z}},
+                      0.0, np.inf)
+    for (members, t), fast in st.scarce_tiers().items():
         need = {j: float(st.need[j]) for j in members}
-        rows.append(({job_cols[j].z[t - 1]: -g for j, g in need.items()}, -np.inf, fast - sum(need.values())))
-        for size, same in st.scarce_sizes(members, fast).items():  # (scarce_count)
-            rows.append(({job_cols[j].z[t - 1]: 1.0 for j in same}, float(len(same) - fast // size), np.inf))
+        rows.add_dict(("scarce", members[0], t), {job_cols[j].z[t - 1]: -g for j, g in need.items()}, -np.inf,
+                      fast - sum(need.values()))
+        for size, same in st.scarce_sizes(members, fast).items():
+            rows.add_dict(("scarce_count", members[0], t, size), {job_cols[j].z[t - 1]: 1.0 for j in same},
+                          float(len(same) - fast // size), np.inf)
     c, lo, hi, integer = (np.array(v) for v in zip(*cols)) if cols else (np.zeros(0),) * 4
-    data, indices, indptr = [], [], [0]
-    for coefs, _, _ in rows:
-        indices += list(coefs)
-        data += list(coefs.values())
-        indptr.append(len(indices))
-    A = sp.csr_matrix((data, indices, indptr), shape=(len(rows), len(cols)))
-    arrays = MilpArrays(c.astype(float), offset, A, np.array([r[1] for r in rows], float),
-                        np.array([r[2] for r in rows], float), lo.astype(float), hi.astype(float), integer.astype(bool))
-    return PlacementModel(arrays, st.types, st.nodes, tuple(job_cols), twin_groups)
+    A, row_lo, row_hi = stack_rows([rows], num_cols=len(cols))
+    arrays = MilpArrays(c.astype(float), offset, A, row_lo, row_hi, lo.astype(float), hi.astype(float),
+                        integer.astype(bool))
+    return PlacementModel(arrays, st.types, st.nodes, tuple(job_cols), twin_groups, tuple(rows.keys))
 
 
 def build_pyomo(pi: PlacementInput) -> pyo.ConcreteModel:
@@ -608,7 +424,7 @@ def point(pi: PlacementInput, model: PlacementModel, placement: Mapping[str, tup
         v[cols.m] = float(len(used) > 1)
         v[cols.p] = v[cols.m] / worst
         if cols.s >= 0:
-            v[cols.s] = float(not moved(job, gpu_ids))
+            v[cols.s] = float(not job.moved_to(gpu_ids))
     return v
 
 
@@ -657,254 +473,3 @@ def decode(pi: PlacementInput, model: PlacementModel, values: np.ndarray) -> dic
         del free[k][:n]
     return {job.id: tuple(sorted(taken[j])) for j, job in enumerate(pi.jobs)}
 
-
-@dataclass(frozen=True)
-class PlacementResult:
-    placement: dict[str, tuple[str, ...]]
-    objective: float
-    status: Status
-    build_s: float
-    solve_s: float
-
-
-EXACT_MAX_GPUS = 128  # larger placements are solved a window at a time (placement_windows)
-
-
-@dataclass(frozen=True)
-class PlacementMilp:
-    """The exact model of a PlacementInput as the registry's solvers take it (formulations.base.
-    MilpModel), warm-started from a placement: a whole round's, or one window's."""
-
-    pi: PlacementInput
-    model: PlacementModel
-    start_placement: Mapping[str, tuple[str, ...]]
-
-    def arrays(self) -> MilpArrays:
-        return replace(self.model.arrays, start=self.start())
-
-    def pyomo(self) -> pyo.ConcreteModel:
-        return build_pyomo(self.pi)
-
-    def start(self) -> np.ndarray:
-        return point(self.pi, self.model, self.start_placement)
-
-
-def solve_placement(pi: PlacementInput, solver: str = "highs", time_limit_s: float = 10.0,
-                    mip_gap: float = 1e-6, start: Mapping[str, tuple[str, ...]] | None = None) -> PlacementResult:
-    """The exact placement by a solver of the registry, warm-started from `start` (a placement;
-    PAL's greedy if none given), so under a time limit the answer is never worse than the start.
-    Above EXACT_MAX_GPUS GPUs the model is solved one window of nodes at a time around the
-    start: placement_windows."""
-    from schedlab.solvers.registry import solver as registry_solver
-
-    if not pi.jobs:
-        return PlacementResult({}, 0.0, Status.OPTIMAL, 0.0, 0.0)
-    entry = registry_solver(solver)
-    start = start if start is not None else pal_greedy(pi, np.random.default_rng(0))
-    if len(pi.gpus) <= EXACT_MAX_GPUS:
-        return solve_exact(pi, entry, Settings(time_limit_s=time_limit_s, mip_gap=mip_gap), start)
-    from schedlab.formulations.placement_windows import search_windows, status, upper_bound
-
-    t0 = time.perf_counter()
-    found = search_windows(pi, start, time_limit_s, lambda sub, left_s, sub_start: solve_exact(
-        sub, entry, Settings(time_limit_s=left_s, mip_gap=mip_gap), sub_start).placement)
-    objective = placement_objective(pi, found.placement)
-    return PlacementResult(found.placement, objective, status(upper_bound(pi), objective, mip_gap), 0.0,
-                           time.perf_counter() - t0)
-
-
-def solve_exact(pi: PlacementInput, solver: Solver, settings: Settings,
-                start: Mapping[str, tuple[str, ...]]) -> PlacementResult:
-    """The exact model of `pi` solved whole by a registry entry within settings.time_limit_s
-    (building it included), warm-started from `start`; the start when the solver has no point."""
-    if not pi.jobs:
-        return PlacementResult({}, 0.0, Status.OPTIMAL, 0.0, 0.0)
-    t0 = time.perf_counter()
-    milp = PlacementMilp(pi, build(pi), start)
-    build_s = time.perf_counter() - t0
-    outcome, solver_build_s = solver(milp, replace(settings, time_limit_s=max(settings.time_limit_s - build_s, 1e-3)))
-    build_s += solver_build_s
-    if outcome.status == FAILED:
-        # Out of time before a first point (CP-SAT can be, even with the start as its hint): the
-        # start is a valid placement, so it is the answer, flagged as unproven.
-        placement = {job.id: tuple(sorted(start[job.id])) for job in pi.jobs}
-        return PlacementResult(placement, placement_objective(pi, placement), TIME_LIMIT, build_s, outcome.solve_s)
-    assert outcome.values is not None, "a solver that did not fail has a point"
-    placement = decode(pi, model=milp.model, values=outcome.values)
-    return PlacementResult(placement, placement_objective(pi, placement), outcome.status, build_s, outcome.solve_s)
-
-
-def gang_size(job: JobSpec) -> int:
-    """G_j: the GPUs the placement gives a job, its requested_gpus, else min_gpus."""
-    return job.requested_gpus or job.min_gpus
-
-
-def gpu_key(ref: GpuRef) -> str:
-    """A cluster GPU's id in the PlacementInput of its round."""
-    return f"{ref.node}/{ref.gpu}"
-
-
-def restarted(job: JobSpec, gpus: tuple[GpuRef, ...]) -> bool:
-    """A running job restarts when its GPUs change."""
-    return bool(job.current_gpus) and set(gpus) != set(job.current_gpus)
-
-
-def submitted_batch(job: JobSpec, num_gpus: int) -> tuple[int, int, int]:
-    """(total, micro-batch, accumulation steps) of a job training at the batch it submitted
-    (fixed_bsz, else requested_bsz, else init_bsz) on `num_gpus` GPUs."""
-    micro, accum = split_fixed_batch(job.fixed_bsz or job.requested_bsz or job.batch.init_bsz, num_gpus, job.batch)
-    return num_gpus * micro * (accum + 1), micro, accum
-
-
-def _problems(ri: RoundInput) -> list[str]:
-    """Why the placement formulation cannot take this round (empty: it can)."""
-    found = []
-    kinds = sorted({n.gpu_type for n in ri.cluster.nodes})
-    if len(kinds) > 1:
-        found.append(f"cluster.nodes: GPU types {kinds}; the placement formulation takes a cluster of one GPU "
-                     "type (use the goodput or joint formulation)")
-    for i, job in enumerate(ri.jobs):
-        size, lo = gang_size(job), max(job.min_gpus, 1)
-        if not lo <= size <= job.max_gpus:
-            found.append(f"jobs[{i}].requested_gpus: the placement formulation places job {job.id!r} on exactly "
-                         f"{size} GPUs (requested_gpus, else min_gpus), outside its [{lo}, {job.max_gpus}]; set "
-                         "requested_gpus within it")
-            continue
-        _, micro, _ = submitted_batch(job, size)
-        if not job.batch.min_local_bsz <= micro <= job.batch.max_local_bsz:
-            found.append(f"jobs[{i}]: its batch on {size} GPUs is {micro} per GPU, outside [{job.batch.min_local_bsz}, "
-                         f"{job.batch.max_local_bsz}]; change requested_gpus or its batch")
-    need, total = sum(gang_size(j) for j in ri.jobs), ri.cluster.total_gpus
-    if need > total:
-        found.append(f"jobs: they need {need} GPUs, the cluster has {total}; the placement formulation places every "
-                     "job it is given, so give it fewer jobs (a policy chooses which run: policies.placement)")
-    return found
-
-
-@dataclass(frozen=True)
-class PlacementView:
-    """A round as PAL's placement sees it: `pi` holds every GPU of the cluster (id gpu_key(ref))
-    and every job on gang_size(job) GPUs; `refs` maps the GPU ids back."""
-
-    round_input: RoundInput
-    pi: PlacementInput
-    refs: Mapping[str, GpuRef]
-
-    def allocations(self, placement: Mapping[str, tuple[str, ...]]) -> tuple[JobAllocation, ...]:
-        """Every job's allocation: its placed GPUs sorted, its submitted batch, its speed."""
-        out = []
-        for job, pjob in zip(self.round_input.jobs, self.pi.jobs):
-            gpus = tuple(sorted(self.refs[g] for g in placement[job.id]))
-            total, micro, accum = submitted_batch(job, len(gpus))
-            speed = job_speed(self.pi, pjob, placement[job.id])
-            out.append(JobAllocation(job.id, gpus, total, micro, accum, speedup=speed, restarted=restarted(job, gpus)))
-        return tuple(out)
-
-
-def placement_view(ri: RoundInput) -> PlacementView:
-    """The round's PlacementInput (module docstring); InputError if the formulation cannot take it."""
-    found = _problems(ri)
-    if found:
-        raise InputError(found)
-    classes = sorted({job.variability_class for job in ri.jobs})
-    refs = {gpu_key(ref): ref for ref in (GpuRef(n.id, k) for n in ri.cluster.nodes for k in range(n.gpus))}
-    nodes = {n.id: n for n in ri.cluster.nodes}
-    gpus = tuple(PlacementGpu(key, ref.node, {c: nodes[ref.node].gpu_slowdown(ref.gpu, c) for c in classes})
-                 for key, ref in refs.items())
-    jobs = tuple(PlacementJob(job.id, gang_size(job), job.variability_class, tuple(map(gpu_key, job.current_gpus)))
-                 for job in ri.jobs)
-    topology = ri.cluster.topology
-    across_node = topology.across_node_factor if topology is not None else 1.0
-    return PlacementView(ri, PlacementInput(gpus, jobs, across_node, restart_penalty=0.0), refs)
-
-
-@dataclass(frozen=True)
-class PlacementRoundModel(OneModel):
-    """The placement model of a round up to EXACT_MAX_GPUS GPUs (formulations.base.RoundModel), one
-    MILP warm-started from PAL's greedy placement, also its fallback."""
-
-    view: PlacementView
-    milp: PlacementMilp
-
-    @property
-    def round_input(self) -> RoundInput:
-        return self.view.round_input
-
-    def arrays(self) -> MilpArrays:
-        return self.milp.arrays()
-
-    def pyomo(self) -> pyo.ConcreteModel:
-        return self.milp.pyomo()
-
-    def start(self) -> np.ndarray:
-        return self.milp.start()
-
-    def decode(self, values: np.ndarray) -> tuple[JobAllocation, ...]:
-        return self.view.allocations(decode(self.view.pi, self.milp.model, values))
-
-    def objective(self, values: np.ndarray) -> float:
-        """The objective of the placement the point decodes to (every job's speed)."""
-        return placement_objective(self.view.pi, decode(self.view.pi, self.milp.model, values))
-
-    def fallback(self) -> np.ndarray:
-        return self.start()
-
-
-@dataclass(frozen=True)
-class WindowedPlacementModel:
-    """The placement of a round above EXACT_MAX_GPUS GPUs (formulations.base.RoundModel): the
-    exact model a window at a time around PAL's greedy placement (placement_windows), each
-    window solved by the round's solver. A point is the holder of every GPU of `view.pi.gpus`,
-    in that order (the index of its job + 1; 0 for a free GPU)."""
-
-    view: PlacementView
-    greedy: Mapping[str, tuple[str, ...]]
-
-    @property
-    def round_input(self) -> RoundInput:
-        return self.view.round_input
-
-    def solve(self, solver: Solver, settings: Settings) -> tuple[SolveOutcome, float]:
-        from schedlab.formulations.placement_windows import search_windows, status, upper_bound
-
-        t0 = time.perf_counter()
-        found = search_windows(self.view.pi, self.greedy, settings.time_limit_s, lambda sub, left_s, sub_start:
-                               solve_exact(sub, solver, replace(settings, time_limit_s=left_s), sub_start).placement)
-        objective, bound = placement_objective(self.view.pi, found.placement), upper_bound(self.view.pi)
-        outcome = SolveOutcome(status(bound, objective, settings.mip_gap), self._point(found.placement), objective,
-                               bound, time.perf_counter() - t0,
-                               f"{found.windows} windows solved, {found.improved} improved")
-        return outcome, 0.0
-
-    def decode(self, values: np.ndarray) -> tuple[JobAllocation, ...]:
-        return self.view.allocations(self._placement(values))
-
-    def objective(self, values: np.ndarray) -> float:
-        return placement_objective(self.view.pi, self._placement(values))
-
-    def fallback(self) -> np.ndarray:
-        return self._point(self.greedy)
-
-    def _point(self, placement: Mapping[str, tuple[str, ...]]) -> np.ndarray:
-        index = {g.id: i for i, g in enumerate(self.view.pi.gpus)}
-        holder = np.zeros(len(index))
-        for j, job in enumerate(self.view.pi.jobs):
-            holder[[index[g] for g in placement[job.id]]] = j + 1
-        return holder
-
-    def _placement(self, values: np.ndarray) -> dict[str, tuple[str, ...]]:
-        holder = np.rint(values).astype(int)
-        gpus = np.array([g.id for g in self.view.pi.gpus], dtype=object)
-        order = np.argsort(holder, kind="stable")
-        cuts = np.searchsorted(holder[order], np.arange(1, len(self.view.pi.jobs) + 2))
-        return {job.id: tuple(sorted(gpus[order[cuts[j]:cuts[j + 1]]])) for j, job in enumerate(self.view.pi.jobs)}
-
-
-def placement_model(round_input: RoundInput) -> PlacementRoundModel | WindowedPlacementModel:
-    """PAL's exact placement of every job of the round on its gang_size GPUs (module docstring):
-    one MILP up to EXACT_MAX_GPUS GPUs, windows of it above."""
-    view = placement_view(round_input)
-    greedy = pal_greedy(view.pi, np.random.default_rng(round_input.settings.seed))
-    if len(view.pi.gpus) > EXACT_MAX_GPUS:
-        return WindowedPlacementModel(view, greedy)
-    return PlacementRoundModel(view, PlacementMilp(view.pi, build(view.pi), greedy))

@@ -30,9 +30,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schedlab.formulations.placement import PlacementInput, job_speed, placement_objective
+from schedlab.formulations.placement_problem import PlacementInput, job_speed, placement_objective
 from schedlab.milp import OPTIMAL, TIME_LIMIT
 from schedlab.state import Status
+
+__all__ = ["MIN_WINDOW_S", "WINDOW_GPUS", "WindowSearch", "best_speed", "nodes_by_speed", "regret", "search_windows",
+           "status", "sub_input", "upper_bound", "window_nodes"]
 
 # Many small windows beat few large ones: on three full 1,024-GPU rounds, 1 s of windows of 16
 # GPUs (~65 windows) gained 0.4-0.9 % over PAL's greedy, of 32 GPUs 0.4 %, of 64 GPUs 0-0.02 %.
@@ -42,6 +45,8 @@ MIN_WINDOW_S = 0.02  # no window starts with less time left (one takes ~15 ms)
 
 @dataclass(frozen=True)
 class WindowSearch:
+    """A window search's placement, the windows it solved and how many of them improved it."""
+
     placement: dict[str, tuple[str, ...]]
     windows: int  # sub-models solved
     improved: int  # of which improved the placement

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from schedlab.formulations.placement import restarted
 from schedlab.policies.base import Policy
 from schedlab.policies.placement import PlacementPolicy, gang_round
 from schedlab.state import RoundInput, RoundResult
@@ -55,7 +54,7 @@ class Composition:
                                              {a.job_id: a.total_bsz for a in running}))
         gpus = {a.job_id: a.gpus for a in placed.allocations}
         jobs = {job.id: job for job in round_input.jobs}
-        allocations = tuple(replace(a, gpus=gpus[a.job_id], restarted=restarted(jobs[a.job_id], gpus[a.job_id]))
+        allocations = tuple(replace(a, gpus=gpus[a.job_id], restarted=jobs[a.job_id].restarted_on(gpus[a.job_id]))
                             if a.gpus else a for a in allocated.allocations)
         verify(round_input, allocations)
         message = f"placement {self.place.name}: {placed.status}, objective {placed.objective:.6g}"

@@ -3,7 +3,7 @@
 Each placement function maps a PlacementInput (the jobs chosen this round, the GPUs they may use)
 and a seeded Generator to job id -> GPU ids, every job getting exactly its GPU count.
   pal               PAL's greedy as published (Jain et al. SC'24, Alg. 1;
-                    formulations.placement.pal_greedy, also the exact model's warm start).
+                    formulations.placement_greedy.pal_greedy, also the exact model's warm start).
   pm_first          GPUs sorted by the job's class slowdown; ties prefer the node holding the
                     most such GPUs (so a job stays on one node when it can).
   packed_sticky     running jobs keep their GPUs; new jobs on the fewest nodes, ignoring slowdown.
@@ -14,7 +14,7 @@ and a seeded Generator to job id -> GPU ids, every job getting exactly its GPU c
 The same names are policies of the one registry (schedlab.policies.POLICIES), each running a
 round of a RoundInput as PAL's simulator does: `pal_queue` chooses the jobs that run (in `order`
 while their requested GPUs fit, stopping at the first that does not unless `backfill`), and the
-placement places them on the cluster's GPUs as formulations.placement sees them (slowdowns from
+placement places them on the cluster's GPUs as formulations.placement_round sees them (slowdowns from
 Node.slowdown, the topology's across_node_factor). Jobs train at the batch they submitted
 (batch_mode "fixed"). Greedy placements report status heuristic; milp and milp_cpsat solve the
 "placement" round formulation through solve_round (warm-started from pal, `time_limit_s` per
@@ -35,23 +35,33 @@ import numpy as np
 
 from schedlab.api import solve_round
 from schedlab.errors import ConfigError
-from schedlab.formulations.placement import (
-    Placement,
-    PlacementInput,
-    PlacementJob,
-    gang_size,
-    pal_greedy,
-    placement_objective,
-    placement_view,
-    pm_take,
-)
+from schedlab.formulations.placement_greedy import pal_greedy
+from schedlab.formulations.placement_problem import Placement, PlacementInput, PlacementJob, placement_objective
+from schedlab.formulations.placement_round import placement_view
 from schedlab.policies.base import HEURISTIC
 from schedlab.state import JobAllocation, JobSpec, RoundInput, RoundResult, Settings
 from schedlab.verify import verify
 
+__all__ = ["QUEUE_ORDERS", "ExactPlacementPolicy", "GreedyPlacementPolicy", "MilpCpsatPolicy", "MilpPolicy",
+           "PackedNonstickyPolicy", "PackedStickyPolicy", "PalPolicy", "PlacementPolicy", "PmFirstPolicy",
+           "RandomPlacementPolicy", "gang_round", "packed_nonsticky", "packed_sticky", "pal_queue", "pm_first",
+           "pm_take", "random_placement"]
+
 
 def _free(pi: PlacementInput) -> list[str]:
     return [g.id for g in pi.gpus]
+
+
+def _sf(pi: PlacementInput, job: PlacementJob, gpu: str) -> float:
+    return pi.gpu_index[gpu].slowdown[job.app_class]
+
+
+def pm_take(pi: PlacementInput, job: PlacementJob, free: list[str]) -> list[str]:
+    """PM-First: lowest slowdown first; ties go to the node with the most GPUs at that slowdown."""
+    per_node = pi.by_node(free)
+    same = {g: sum(1 for h in per_node[pi.node_of(g)] if _sf(pi, job, h) == _sf(pi, job, g)) for g in free}
+    ranked = sorted(free, key=lambda g: (_sf(pi, job, g), -same[g], pi.node_of(g), g))
+    return ranked[: job.num_gpus]
 
 
 def pm_first(pi: PlacementInput, rng: np.random.Generator) -> Placement:
@@ -113,12 +123,12 @@ QUEUE_ORDERS: dict[str, Callable[[JobSpec], float]] = {
 
 
 def pal_queue(round_input: RoundInput, order: str, backfill: bool = False) -> dict[str, int]:
-    """PAL's cut of the queue: job id -> GPUs (gang_size) of the jobs that run. Jobs in `order`
+    """PAL's cut of the queue: job id -> GPUs (JobSpec.gang_gpus) of the jobs that run. Jobs in `order`
     (ties: oldest first, then input order) while their GPUs fit; the first that does not fit
     stops the queue, unless `backfill`, which goes on with the jobs behind it."""
     key, left, counts = QUEUE_ORDERS[order], round_input.cluster.total_gpus, {}
     for job in sorted(round_input.jobs, key=lambda j: (key(j), -j.age_s)):
-        size = gang_size(job)
+        size = job.gang_gpus
         if size <= left:
             counts[job.id] = size
             left -= size

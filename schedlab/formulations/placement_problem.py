@@ -1,0 +1,110 @@
+"""The placement problem (PAL, Jain et al. SC'24): jobs of fixed GPU counts onto concrete GPUs.
+
+A `PlacementInput` holds the GPUs the chosen jobs may use (each on a node, with a slowdown per
+application class) and the jobs, every one to be placed on exactly `num_gpus` of them. A
+placement (`Placement`) maps each job id to its GPU ids. Its worth (`placement_objective`) is
+the weighted sum of the jobs' speeds (`job_speed`: 1 / (worst slowdown x locality factor)), less
+the restart penalty of each running job it moves. The exact model (formulations.placement),
+PAL's greedy (formulations.placement_greedy), the windows (formulations.placement_windows) and
+the placement policies (policies.placement) all solve this one problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from schedlab.errors import InputError
+
+__all__ = ["Placement", "PlacementGpu", "PlacementInput", "PlacementJob", "job_speed", "placement_objective"]
+
+Placement = dict[str, tuple[str, ...]]  # job id -> GPU ids
+
+
+@dataclass(frozen=True)
+class PlacementGpu:
+    """One GPU: its id, its node's id and its slowdown per application class."""
+
+    id: str
+    node: str
+    slowdown: Mapping[str, float]  # application class -> factor (1 = typical, higher = slower)
+
+
+@dataclass(frozen=True)
+class PlacementJob:
+    """One job to place on exactly `num_gpus` GPUs: its application class (whose slowdowns
+    apply), the GPU ids it runs on now (empty: waiting) and its weight in the objective."""
+
+    id: str
+    num_gpus: int
+    app_class: str
+    current_gpus: tuple[str, ...] = ()
+    weight: float = 1.0
+
+    def moved_to(self, gpu_ids: tuple[str, ...]) -> bool:
+        """Whether placing the job on `gpu_ids` moves it: it runs now, on other GPUs (the rule of
+        JobSpec.restarted_on, on the placement's GPU ids)."""
+        return bool(self.current_gpus) and set(gpu_ids) != set(self.current_gpus)
+
+
+@dataclass(frozen=True)
+class PlacementInput:
+    """The GPUs offered and the jobs to place on them (module docstring); InputError when the
+    jobs need more GPUs than offered, a GPU is current for two jobs, or a GPU has no slowdown
+    for a class in play.
+
+    across_node is the locality factor L of a job spread over nodes (PAL's simulator: 1.7);
+    restart_penalty, rho, the fraction of a round's speed a move costs.
+    """
+
+    gpus: tuple[PlacementGpu, ...]  # the GPUs the chosen jobs may use
+    jobs: tuple[PlacementJob, ...]  # the jobs chosen to run, all to be placed
+    across_node: float = 1.7
+    restart_penalty: float = 0.0  # rho: fraction of a round's speed a move costs
+    gpu_index: dict[str, PlacementGpu] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpu_index", {g.id: g for g in self.gpus})
+        need = sum(j.num_gpus for j in self.jobs)
+        if need > len(self.gpus):
+            raise InputError([f"placement: jobs need {need} GPUs, {len(self.gpus)} offered; choose fewer jobs"])
+        holder: dict[str, str] = {}
+        for j in self.jobs:
+            for g in j.current_gpus:
+                if g in holder:
+                    raise InputError([f"placement: GPU {g} is current for both {holder[g]} and {j.id}; "
+                                      "a GPU runs one job"])
+                holder[g] = j.id
+        first_of_class = {j.app_class: j for j in reversed(self.jobs)}
+        for c, j in first_of_class.items():
+            missing = next((g for g in self.gpus if c not in g.slowdown), None)
+            if missing is not None:
+                raise InputError([f"placement: GPU {missing.id} has no slowdown for class {c!r} (job {j.id})"])
+
+    def node_of(self, gpu: str) -> str:
+        """The node of GPU id `gpu`."""
+        return self.gpu_index[gpu].node
+
+    def by_node(self, gpu_ids: Iterable[str]) -> dict[str, list[str]]:
+        """The GPUs grouped by node, in the order given."""
+        out: dict[str, list[str]] = {}
+        for g in gpu_ids:
+            out.setdefault(self.node_of(g), []).append(g)
+        return out
+
+
+def job_speed(pi: PlacementInput, job: PlacementJob, gpu_ids: tuple[str, ...]) -> float:
+    """1 / (worst slowdown of its GPUs x locality factor)."""
+    chosen = [pi.gpu_index[g] for g in gpu_ids]
+    worst = max(g.slowdown[job.app_class] for g in chosen)
+    spread = pi.across_node if len({g.node for g in chosen}) > 1 else 1.0
+    return 1.0 / (worst * spread)
+
+
+def placement_objective(pi: PlacementInput, placement: Mapping[str, tuple[str, ...]]) -> float:
+    """The round objective of a placement (job id -> GPU ids), as the MILP counts it."""
+    total = 0.0
+    for job in pi.jobs:
+        gpu_ids = placement[job.id]
+        total += job.weight * (job_speed(pi, job, gpu_ids) - pi.restart_penalty * job.moved_to(gpu_ids))
+    return total

@@ -1,0 +1,284 @@
+"""The placement model as a round formulation, and the exact placement of a PlacementInput.
+
+`placement_model` (FORMULATIONS["placement"]) takes a RoundInput as the module docstring of
+formulations.placement says: `placement_view` turns the round into a PlacementInput (every GPU
+of its cluster, every job on JobSpec.gang_gpus GPUs) and maps a placement back to allocations.
+Up to EXACT_MAX_GPUS GPUs the round is one MILP (`PlacementRoundModel`); above, windows of it
+(`WindowedPlacementModel`, formulations.placement_windows). Both are warm-started from PAL's
+greedy (formulations.placement_greedy), which is also their fallback.
+
+`solve_placement` and `solve_exact` solve a PlacementInput directly with a solver the caller
+takes from the registry (schedlab.solvers.registry): formulations do not import solvers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from schedlab.errors import InputError
+from schedlab.formulations.placement import PlacementModel, build, build_pyomo, decode, point
+from schedlab.formulations.placement_greedy import pal_greedy
+from schedlab.formulations.placement_problem import (
+    PlacementGpu,
+    PlacementInput,
+    PlacementJob,
+    job_speed,
+    placement_objective,
+)
+from schedlab.formulations.placement_windows import search_windows, status, upper_bound
+from schedlab.milp import FAILED, TIME_LIMIT, MilpArrays, OneModel, SolveOutcome, Solver
+from schedlab.models.efficiency import submitted_split
+from schedlab.state import GpuRef, JobAllocation, RoundInput, Settings, Status
+
+if TYPE_CHECKING:
+    import pyomo.environ as pyo
+
+__all__ = ["EXACT_MAX_GPUS", "PlacementMilp", "PlacementResult", "PlacementRoundModel", "PlacementView",
+           "WindowedPlacementModel", "placement_model", "placement_view", "solve_exact", "solve_placement"]
+
+
+@dataclass(frozen=True)
+class PlacementResult:
+    """An exact placement: job id -> GPU ids, its objective (placement_objective's), the
+    solver's status and the seconds spent building the model and solving it."""
+
+    placement: dict[str, tuple[str, ...]]
+    objective: float
+    status: Status
+    build_s: float
+    solve_s: float
+
+
+EXACT_MAX_GPUS = 128  # larger placements are solved a window at a time (placement_windows)
+
+
+@dataclass(frozen=True)
+class PlacementMilp:
+    """The exact model of a PlacementInput as the registry's solvers take it (schedlab.milp.
+    MilpModel), warm-started from a placement: a whole round's, or one window's."""
+
+    pi: PlacementInput
+    model: PlacementModel
+    start_placement: Mapping[str, tuple[str, ...]]
+
+    def arrays(self) -> MilpArrays:
+        """The model as arrays, the start placement's point as its warm start."""
+        return replace(self.model.arrays, start=self.start())
+
+    def pyomo(self) -> pyo.ConcreteModel:
+        """The same model in Pyomo (build_pyomo)."""
+        return build_pyomo(self.pi)
+
+    def start(self) -> np.ndarray:
+        """The start placement as a point of the model."""
+        return point(self.pi, self.model, self.start_placement)
+
+
+def solve_placement(pi: PlacementInput, solver: Solver, time_limit_s: float = 10.0, mip_gap: float = 1e-6,
+                    start: Mapping[str, tuple[str, ...]] | None = None) -> PlacementResult:
+    """The exact placement by `solver` (an entry of the registry, schedlab.solvers.registry),
+    warm-started from `start` (a placement; PAL's greedy if none given), so under a time limit
+    the answer is never worse than the start. Above EXACT_MAX_GPUS GPUs the model is solved one
+    window of nodes at a time around the start: placement_windows."""
+    if not pi.jobs:
+        return PlacementResult({}, 0.0, Status.OPTIMAL, 0.0, 0.0)
+    start = start if start is not None else pal_greedy(pi, np.random.default_rng(0))
+    if len(pi.gpus) <= EXACT_MAX_GPUS:
+        return solve_exact(pi, solver, Settings(time_limit_s=time_limit_s, mip_gap=mip_gap), start)
+    t0 = time.perf_counter()
+    found = search_windows(pi, start, time_limit_s, lambda sub, left_s, sub_start: solve_exact(
+        sub, solver, Settings(time_limit_s=left_s, mip_gap=mip_gap), sub_start).placement)
+    objective = placement_objective(pi, found.placement)
+    return PlacementResult(found.placement, objective, status(upper_bound(pi), objective, mip_gap), 0.0,
+                           time.perf_counter() - t0)
+
+
+def solve_exact(pi: PlacementInput, solver: Solver, settings: Settings,
+                start: Mapping[str, tuple[str, ...]]) -> PlacementResult:
+    """The exact model of `pi` solved whole by a registry entry within settings.time_limit_s
+    (building it included), warm-started from `start`; the start when the solver has no point."""
+    if not pi.jobs:
+        return PlacementResult({}, 0.0, Status.OPTIMAL, 0.0, 0.0)
+    t0 = time.perf_counter()
+    milp = PlacementMilp(pi, build(pi), start)
+    build_s = time.perf_counter() - t0
+    outcome, solver_build_s = solver(milp, replace(settings, time_limit_s=max(settings.time_limit_s - build_s, 1e-3)))
+    build_s += solver_build_s
+    if outcome.status == FAILED:
+        # Out of time before a first point (CP-SAT can be, even with the start as its hint): the
+        # start is a valid placement, so it is the answer, flagged as unproven.
+        placement = {job.id: tuple(sorted(start[job.id])) for job in pi.jobs}
+        return PlacementResult(placement, placement_objective(pi, placement), TIME_LIMIT, build_s, outcome.solve_s)
+    assert outcome.values is not None, "a solver that did not fail has a point"
+    placement = decode(pi, model=milp.model, values=outcome.values)
+    return PlacementResult(placement, placement_objective(pi, placement), outcome.status, build_s, outcome.solve_s)
+
+
+def _problems(ri: RoundInput) -> list[str]:
+    """Why the placement formulation cannot take this round (empty: it can)."""
+    found = []
+    kinds = sorted({n.gpu_type for n in ri.cluster.nodes})
+    if len(kinds) > 1:
+        found.append(f"cluster.nodes: GPU types {kinds}; the placement formulation takes a cluster of one GPU "
+                     "type (use the goodput or joint formulation)")
+    for i, job in enumerate(ri.jobs):
+        size, lo = job.gang_gpus, max(job.min_gpus, 1)
+        if not lo <= size <= job.max_gpus:
+            found.append(f"jobs[{i}].requested_gpus: the placement formulation places job {job.id!r} on exactly "
+                         f"{size} GPUs (requested_gpus, else min_gpus), outside its [{lo}, {job.max_gpus}]; set "
+                         "requested_gpus within it")
+            continue
+        micro, _ = submitted_split(job, size)
+        if not job.batch.min_local_bsz <= micro <= job.batch.max_local_bsz:
+            found.append(f"jobs[{i}]: its batch on {size} GPUs is {micro} per GPU, outside [{job.batch.min_local_bsz}, "
+                         f"{job.batch.max_local_bsz}]; change requested_gpus or its batch")
+    need, total = sum(j.gang_gpus for j in ri.jobs), ri.cluster.total_gpus
+    if need > total:
+        found.append(f"jobs: they need {need} GPUs, the cluster has {total}; the placement formulation places every "
+                     "job it is given, so give it fewer jobs (a policy chooses which run: policies.placement)")
+    return found
+
+
+@dataclass(frozen=True)
+class PlacementView:
+    """A round as PAL's placement sees it: `pi` holds every GPU of the cluster (id GpuRef.key)
+    and every job on JobSpec.gang_gpus GPUs; `refs` maps the GPU ids back."""
+
+    round_input: RoundInput
+    pi: PlacementInput
+    refs: Mapping[str, GpuRef]
+
+    def allocations(self, placement: Mapping[str, tuple[str, ...]]) -> tuple[JobAllocation, ...]:
+        """Every job's allocation: its placed GPUs sorted, its submitted batch, its speed."""
+        out = []
+        for job, pjob in zip(self.round_input.jobs, self.pi.jobs):
+            gpus = tuple(sorted(self.refs[g] for g in placement[job.id]))
+            micro, accum = submitted_split(job, len(gpus))
+            speed = job_speed(self.pi, pjob, placement[job.id])
+            out.append(JobAllocation(job.id, gpus, len(gpus) * micro * (accum + 1), micro, accum, speedup=speed,
+                                     restarted=job.restarted_on(gpus)))
+        return tuple(out)
+
+
+def placement_view(ri: RoundInput) -> PlacementView:
+    """The round's PlacementInput (module docstring); InputError if the formulation cannot take it."""
+    found = _problems(ri)
+    if found:
+        raise InputError(found)
+    classes = sorted({job.variability_class for job in ri.jobs})
+    refs = {ref.key: ref for ref in (GpuRef(n.id, k) for n in ri.cluster.nodes for k in range(n.gpus))}
+    nodes = {n.id: n for n in ri.cluster.nodes}
+    gpus = tuple(PlacementGpu(key, ref.node, {c: nodes[ref.node].gpu_slowdown(ref.gpu, c) for c in classes})
+                 for key, ref in refs.items())
+    jobs = tuple(PlacementJob(job.id, job.gang_gpus, job.variability_class, tuple(ref.key for ref in job.current_gpus))
+                 for job in ri.jobs)
+    topology = ri.cluster.topology
+    across_node = topology.across_node_factor if topology is not None else 1.0
+    return PlacementView(ri, PlacementInput(gpus, jobs, across_node, restart_penalty=0.0), refs)
+
+
+@dataclass(frozen=True)
+class PlacementRoundModel(OneModel):
+    """The placement model of a round up to EXACT_MAX_GPUS GPUs (schedlab.milp.RoundModel), one
+    MILP warm-started from PAL's greedy placement, also its fallback."""
+
+    view: PlacementView
+    milp: PlacementMilp
+
+    @property
+    def round_input(self) -> RoundInput:
+        """The round this model was built from."""
+        return self.view.round_input
+
+    def arrays(self) -> MilpArrays:
+        """The model as arrays, warm-started from PAL's greedy."""
+        return self.milp.arrays()
+
+    def pyomo(self) -> pyo.ConcreteModel:
+        """The model in Pyomo."""
+        return self.milp.pyomo()
+
+    def start(self) -> np.ndarray:
+        """PAL's greedy placement as a point of the model."""
+        return self.milp.start()
+
+    def decode(self, values: np.ndarray) -> tuple[JobAllocation, ...]:
+        """Every job's allocation at the placement the point decodes to."""
+        return self.view.allocations(decode(self.view.pi, self.milp.model, values))
+
+    def objective(self, values: np.ndarray) -> float:
+        """The objective of the placement the point decodes to (every job's speed)."""
+        return placement_objective(self.view.pi, decode(self.view.pi, self.milp.model, values))
+
+    def fallback(self) -> np.ndarray:
+        """PAL's greedy placement (the warm start)."""
+        return self.start()
+
+
+@dataclass(frozen=True)
+class WindowedPlacementModel:
+    """The placement of a round above EXACT_MAX_GPUS GPUs (schedlab.milp.RoundModel): the
+    exact model a window at a time around PAL's greedy placement (placement_windows), each
+    window solved by the round's solver. A point is the holder of every GPU of `view.pi.gpus`,
+    in that order (the index of its job + 1; 0 for a free GPU)."""
+
+    view: PlacementView
+    greedy: Mapping[str, tuple[str, ...]]
+
+    @property
+    def round_input(self) -> RoundInput:
+        """The round this model was built from."""
+        return self.view.round_input
+
+    def solve(self, solver: Solver, settings: Settings) -> tuple[SolveOutcome, float]:
+        """Windows of the exact model solved by `solver` within settings.time_limit_s; the
+        outcome's bound is placement_windows.upper_bound, its message the windows' count."""
+        t0 = time.perf_counter()
+        found = search_windows(self.view.pi, self.greedy, settings.time_limit_s, lambda sub, left_s, sub_start:
+                               solve_exact(sub, solver, replace(settings, time_limit_s=left_s), sub_start).placement)
+        objective, bound = placement_objective(self.view.pi, found.placement), upper_bound(self.view.pi)
+        outcome = SolveOutcome(status(bound, objective, settings.mip_gap), self._point(found.placement), objective,
+                               bound, time.perf_counter() - t0,
+                               f"{found.windows} windows solved, {found.improved} improved")
+        return outcome, 0.0
+
+    def decode(self, values: np.ndarray) -> tuple[JobAllocation, ...]:
+        """Every job's allocation at the placement of a point (a holder per GPU)."""
+        return self.view.allocations(self._placement(values))
+
+    def objective(self, values: np.ndarray) -> float:
+        """The objective of the placement of a point (every job's speed)."""
+        return placement_objective(self.view.pi, self._placement(values))
+
+    def fallback(self) -> np.ndarray:
+        """PAL's greedy placement as a point."""
+        return self._point(self.greedy)
+
+    def _point(self, placement: Mapping[str, tuple[str, ...]]) -> np.ndarray:
+        index = {g.id: i for i, g in enumerate(self.view.pi.gpus)}
+        holder = np.zeros(len(index))
+        for j, job in enumerate(self.view.pi.jobs):
+            holder[[index[g] for g in placement[job.id]]] = j + 1
+        return holder
+
+    def _placement(self, values: np.ndarray) -> dict[str, tuple[str, ...]]:
+        holder = np.rint(values).astype(int)
+        gpus = np.array([g.id for g in self.view.pi.gpus], dtype=object)
+        order = np.argsort(holder, kind="stable")
+        cuts = np.searchsorted(holder[order], np.arange(1, len(self.view.pi.jobs) + 2))
+        return {job.id: tuple(sorted(gpus[order[cuts[j]:cuts[j + 1]]])) for j, job in enumerate(self.view.pi.jobs)}
+
+
+def placement_model(round_input: RoundInput) -> PlacementRoundModel | WindowedPlacementModel:
+    """PAL's exact placement of every job of the round on its JobSpec.gang_gpus GPUs (the module
+    docstring of formulations.placement): one MILP up to EXACT_MAX_GPUS GPUs, windows of it above."""
+    view = placement_view(round_input)
+    greedy = pal_greedy(view.pi, np.random.default_rng(round_input.settings.seed))
+    if len(view.pi.gpus) > EXACT_MAX_GPUS:
+        return WindowedPlacementModel(view, greedy)
+    return PlacementRoundModel(view, PlacementMilp(view.pi, build(view.pi), greedy))
