@@ -25,38 +25,10 @@ import networkx as nx
 from schedlab.errors import ConfigError
 from schedlab.state import Cluster, GpuRef, Rack, Topology
 
-NVLINK_GBPS = 300.0  # GPU <-> its node (NVLink/PCIe switch)
-NODE_GBPS = 100.0  # node <-> rack switch (InfiniBand EDR)
-RACK_GBPS = 200.0  # rack <-> spine
-
 
 def gpu_id(node: int | str, gpu: int) -> str:
     """The graph's name of a GPU: ``gpu:`` and its id (GpuRef.key)."""
     return f"gpu:{GpuRef(str(node), gpu).key}"
-
-
-def build_cluster(num_nodes: int, gpus_per_node: int, nodes_per_rack: int | None = None,
-                  gpu_gbps: float = NVLINK_GBPS, node_gbps: float = NODE_GBPS, rack_gbps: float = RACK_GBPS) -> nx.Graph:
-    """num_nodes x gpus_per_node GPUs; nodes grouped into racks of nodes_per_rack (default: one
-    rack for all) under one spine."""
-    if num_nodes < 1 or gpus_per_node < 1:
-        raise ConfigError("num_nodes and gpus_per_node must be >= 1")
-    per_rack = nodes_per_rack or num_nodes
-    if per_rack < 1:
-        raise ConfigError("nodes_per_rack must be >= 1")
-    g = nx.Graph()
-    g.add_node("spine", kind="spine")
-    for n in range(num_nodes):
-        rack = f"rack:{n // per_rack}"
-        if rack not in g:
-            g.add_node(rack, kind="rack")
-            g.add_edge("spine", rack, bandwidth_gbps=rack_gbps)
-        g.add_node(f"node:{n}", kind="node")
-        g.add_edge(rack, f"node:{n}", bandwidth_gbps=node_gbps)
-        for k in range(gpus_per_node):
-            g.add_node(gpu_id(n, k), kind="gpu", node=n, index=k)
-            g.add_edge(f"node:{n}", gpu_id(n, k), bandwidth_gbps=gpu_gbps)
-    return g
 
 
 def gpus(graph: nx.Graph) -> list[str]:
@@ -97,27 +69,6 @@ def locality(graph: nx.Graph, gpu_set: Iterable[str]) -> Locality:
     edges = {frozenset(e) for p in paths for e in zip(p, p[1:])}
     bottleneck = min(graph.edges[tuple(e)]["bandwidth_gbps"] for e in edges)
     return Locality(len({node_of(graph, v) for v in members}), len({rack_of(graph, v) for v in members}), bottleneck)
-
-
-def locality_factor(graph: nx.Graph, gpu_set: Iterable[str], across_node: float = 1.7,
-                    across_rack: float | None = None) -> float:
-    """PAL's locality penalty: 1 on one node, `across_node` across nodes, `across_rack` (default
-    the same) across racks."""
-    loc = locality(graph, gpu_set)
-    if loc.racks > 1:
-        return across_node if across_rack is None else across_rack
-    return across_node if loc.nodes > 1 else 1.0
-
-
-def set_slowdowns(graph: nx.Graph, slowdowns: Mapping[str, Mapping[str, float]]) -> nx.Graph:
-    """A copy of graph with `slowdown` = {class: factor} on each GPU vertex (GPU id -> table)."""
-    out = graph.copy()
-    missing = [v for v in gpus(out) if v not in slowdowns]
-    if missing:
-        raise ConfigError(f"topology: no slowdown factors for {missing[0]}")
-    for v in gpus(out):
-        out.nodes[v]["slowdown"] = dict(slowdowns[v])
-    return out
 
 
 def save(graph: nx.Graph, path: str | Path) -> None:

@@ -1,11 +1,15 @@
-"""Shared helpers: tiny random rounds with arbitrary running placements; Hypothesis's profiles."""
+"""Shared helpers: tiny random rounds with arbitrary running placements; Hypothesis's profiles;
+the Pyomo solver programs a test needs."""
 
 from __future__ import annotations
 
 import os
+import sysconfig
 from dataclasses import replace
+from functools import cache
 
 import numpy as np
+import pytest
 from hypothesis import settings
 
 from schedlab.bench import random_round
@@ -17,6 +21,31 @@ from schedlab.state import GpuRef, RoundInput, Settings
 settings.register_profile("default", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+# The dev extra installs the solver programs Pyomo runs (cbc, glpsol) as scripts beside this
+# interpreter: on PATH in an activated environment, not when its python is run by its path.
+# Pyomo looks them up on PATH, and so do the CLI runs the tests start.
+_SCRIPTS = sysconfig.get_path("scripts")
+if _SCRIPTS not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = os.pathsep.join(filter(None, (os.environ.get("PATH"), _SCRIPTS)))
+
+
+@cache
+def pyomo_solver_available(name: str) -> bool:
+    """Whether Pyomo's SolverFactory finds and can run the solver `name` (e.g. its program)."""
+    import pyomo.environ as pyo  # here: collecting a test module that needs no solver loads no Pyomo
+
+    return bool(pyo.SolverFactory(name).available(exception_flag=False))
+
+
+def needs_pyomo_solver(name: str) -> pytest.MarkDecorator:
+    """Skip a test (or a parameter, as `pytest.param(name, marks=...)`) where Pyomo has no `name`.
+
+    The dev extra brings CBC and GLPK where a wheel has them (Linux and, for CBC, macOS and
+    Windows); the others (scip, gurobi, cplex) are the user's to install.
+    """
+    return pytest.mark.skipif(not pyomo_solver_available(name),
+                              reason=f"solver {name!r} is not available to Pyomo (its program is not on PATH, or does not run)")
 
 
 def tiny_round(rng: np.random.Generator, p: float = -1.0, max_jobs: int = 6, max_nodes: int = 3) -> RoundInput:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
+from conftest import needs_pyomo_solver
 
 import schedlab
 from schedlab import InputError, parse_round_input, round_input_to_dict, round_result_to_dict, solve_round
@@ -293,11 +293,9 @@ def test_pyomo_log_lines_go_to_stderr_not_into_the_json():
     ("highs", {"mip_rel_gap": 0.0}, {"time_limit": 0.0}),
     ("cpsat", {"linearization_level": 2}, {"max_time_in_seconds": 0.0}),
     ("appsi_highs", {"mip_rel_gap": 0.0}, {"time_limit": 0.0}),
-    ("cbc", {"ratio": 0.0}, {"seconds": 0.0}),
+    pytest.param("cbc", {"ratio": 0.0}, {"seconds": 0.0}, marks=needs_pyomo_solver("cbc")),
 ])
 def test_solver_options_reach_the_solver_and_win_over_schedlabs(solver, option, stopper):
-    if solver == "cbc" and not shutil.which("cbc"):
-        pytest.skip("cbc is not installed")
     best = solve_round(_example(), solver="highs").objective
     assert solve_round(_example(), solver=solver, solver_options=option).objective == pytest.approx(best, rel=1e-5)
     # a time limit of 0 in the solver's own name overrides the round's: nothing is proven

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import needs_pyomo_solver
 
 pyo = pytest.importorskip("pyomo.environ")
 
@@ -42,7 +43,8 @@ def test_build_model_names_every_option_by_job_and_shape():
     assert {c.local_name for c in m.component_objects(pyo.Constraint)} == {"one", "level", "slots"}
 
 
-@pytest.mark.parametrize("solver", ["appsi_highs", "cbc", "highs", "cpsat", "portfolio"])
+@pytest.mark.parametrize("solver", ["appsi_highs", pytest.param("cbc", marks=needs_pyomo_solver("cbc")), "highs", "cpsat",
+                                    "portfolio"])
 def test_a_customized_round_is_the_round_with_those_options_removed(solver):
     """The customization's optimum, by every solver (the array solvers on the changed model's
     compiled arrays), is HiGHS's on the original arrays with every option above 8 GPUs fixed to

@@ -347,9 +347,9 @@ def _pal_entry_walk(pi: PlacementInput) -> dict[str, tuple[str, ...]]:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_pal_greedy_takes_the_entries_of_the_published_walk(seed):
-    from schedlab.experiments.placement_scale import full_round
+    from schedlab.bench import random_placement_round
 
-    for pi in (tiny(seed, nodes=4, per_node=4), full_round(64, seed, np.random.default_rng(seed))):
+    for pi in (tiny(seed, nodes=4, per_node=4), random_placement_round(64, seed, np.random.default_rng(seed))):
         assert pal_greedy(pi, np.random.default_rng(seed)) == _pal_entry_walk(pi)
 
 

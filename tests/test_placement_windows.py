@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from schedlab.experiments.placement_scale import full_round
+from schedlab.bench import random_placement_round
 from schedlab.formulations.placement_greedy import pal_greedy
 from schedlab.formulations.placement_problem import PlacementInput, placement_objective
 from schedlab.formulations.placement_round import solve_placement
@@ -30,7 +30,7 @@ def _exact(time_limit_s: float = 30.0):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_a_window_as_large_as_the_cluster_is_the_exact_model(seed):
-    pi = full_round(32, seed, np.random.default_rng(seed))
+    pi = random_placement_round(32, seed, np.random.default_rng(seed))
     greedy = pal_greedy(pi, np.random.default_rng(seed))
     found = search_windows(pi, greedy, 60.0, _exact(), window_gpus=len(pi.gpus))
     exact = solve_placement(pi, PORTFOLIO, 60.0, start=greedy)
@@ -40,7 +40,7 @@ def test_a_window_as_large_as_the_cluster_is_the_exact_model(seed):
 
 
 def test_a_window_frees_only_the_jobs_inside_it_and_their_gpus():
-    pi = full_round(256, 1, np.random.default_rng(1))
+    pi = random_placement_round(256, 1, np.random.default_rng(1))
     greedy = pal_greedy(pi, np.random.default_rng(1))
     nodes = window_nodes(pi, greedy, 0, window_gpus=32)
     sub = sub_input(pi, greedy, nodes)
@@ -59,7 +59,7 @@ def test_a_window_frees_only_the_jobs_inside_it_and_their_gpus():
 
 
 def test_windows_beat_pal_greedy_on_a_full_512_gpu_round():
-    pi = full_round(512, 0, np.random.default_rng(0))
+    pi = random_placement_round(512, 0, np.random.default_rng(0))
     greedy = pal_greedy(pi, np.random.default_rng(0))
     result = solve_placement(pi, PORTFOLIO, time_limit_s=3.0, start=greedy)
     _valid(pi, result.placement)

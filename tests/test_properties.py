@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from brute_force import best_objective, feasible_choices
-from conftest import tiny_round
+from conftest import needs_pyomo_solver, tiny_round
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +18,7 @@ from schedlab.bench import random_round
 from schedlab.formulations.goodput import decode
 from schedlab.formulations.greedy import greedy_choice
 from schedlab.formulations.options import enumerate_options
+from schedlab.solvers.pyomo_options import LEGACY_OPTIONS
 from schedlab.state import Settings
 
 
@@ -79,15 +80,7 @@ def test_greedy_fallback_is_always_valid_even_with_odd_running_placements(seed, 
         assert not a.restarted
 
 
-def _installed_pyomo_solvers() -> list[str]:
-    import pyomo.environ as pyo
-
-    from schedlab.solvers.pyomo_backend import LEGACY_OPTIONS
-
-    return [name for name in LEGACY_OPTIONS if pyo.SolverFactory(name).available(exception_flag=False)]
-
-
-@pytest.mark.parametrize("solver", _installed_pyomo_solvers())  # CI installs cbc and glpk
+@pytest.mark.parametrize("solver", [pytest.param(name, marks=needs_pyomo_solver(name)) for name in LEGACY_OPTIONS])
 @pytest.mark.parametrize("seed", range(12))
 def test_every_installed_pyomo_solver_reaches_the_brute_force_optimum(solver, seed):
     ri = tiny_round(np.random.default_rng(seed), p=[1.0, -1.0, -math.inf][seed % 3], max_jobs=4, max_nodes=3)
@@ -99,6 +92,7 @@ def test_every_installed_pyomo_solver_reaches_the_brute_force_optimum(solver, se
     _assert_valid(ri, result.allocations)
 
 
+@needs_pyomo_solver("cbc")
 def test_a_mip_start_handed_back_as_optimal_is_not_believed(monkeypatch):
     # CBC 2.10 once returned its MIP start as "optimal" (-85.5 where the optimum is -42.3): a
     # solver's "optimal" below the start it was given is not believed, whatever the solver.
@@ -107,9 +101,6 @@ def test_a_mip_start_handed_back_as_optimal_is_not_believed(monkeypatch):
 
     import pyomo.environ as pyo
 
-
-    if "cbc" not in _installed_pyomo_solvers():
-        pytest.skip("cbc is not installed")
     raw = json.loads((Path(__file__).resolve().parents[1] / "examples" / "round-16x4.json").read_text())
     real_solve = type(pyo.SolverFactory("cbc")).solve
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from schedlab import InputError, solve_round
-from schedlab.experiments.fuzz_rounds import capacity_violations, run_mutated, run_valid, valid_round
+from schedlab.bench import capacity_violations, run_mutated, run_valid, valid_round
 from schedlab.io import MAX_GPUS_PER_NODE, MAX_JOBS, load_json
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "round-16x4.json"

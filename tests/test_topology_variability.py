@@ -7,31 +7,34 @@ import pandas as pd
 import pytest
 
 from schedlab import topology
+from schedlab.clusters import ClusterSpec, make_cluster
 from schedlab.errors import ConfigError
 from schedlab.models.variability import assign_slowdowns, classify, measured_classes, ready_32gpu, sample_measured, tiered
 
 
+def _graph(spec: ClusterSpec):
+    """The graph of a simulated cluster as a scheduler sees it (node ids n0, n1, ...)."""
+    return topology.cluster_graph(make_cluster(spec)[0])
+
+
 @pytest.fixture
 def cluster():
-    return topology.build_cluster(8, 4, nodes_per_rack=4)
+    return _graph(ClusterSpec(8, 4, racks=2))
 
 
 def test_locality_cost_rises_as_a_gpu_moves_off_node_then_off_rack(cluster):
-    same_node = ["gpu:0/0", "gpu:0/1"]
-    other_node = ["gpu:0/0", "gpu:1/1"]
-    other_rack = ["gpu:0/0", "gpu:5/1"]
+    same_node = ["gpu:n0/0", "gpu:n0/1"]
+    other_node = ["gpu:n0/0", "gpu:n1/1"]
+    other_rack = ["gpu:n0/0", "gpu:n5/1"]
     a, b, c = (topology.locality(cluster, s) for s in (same_node, other_node, other_rack))
     assert (a.nodes, a.racks) == (1, 1) and (b.nodes, b.racks) == (2, 1) and (c.nodes, c.racks) == (2, 2)
     assert a.bottleneck_gbps > b.bottleneck_gbps
-    factors = [topology.locality_factor(cluster, s, across_node=1.7, across_rack=2.5)
-               for s in (same_node, other_node, other_rack)]
-    assert factors == [1.0, 1.7, 2.5]
 
 
 def test_slower_links_in_the_graph_lower_the_bottleneck():
-    fast = topology.build_cluster(4, 2, nodes_per_rack=2, rack_gbps=400.0, node_gbps=200.0)
-    slow = topology.build_cluster(4, 2, nodes_per_rack=2, rack_gbps=400.0, node_gbps=25.0)
-    pair = ["gpu:0/0", "gpu:3/0"]
+    fast = _graph(ClusterSpec(4, 2, racks=2, uplink_gbps=400.0, node_gbps=200.0))
+    slow = _graph(ClusterSpec(4, 2, racks=2, uplink_gbps=400.0, node_gbps=25.0))
+    pair = ["gpu:n0/0", "gpu:n3/0"]
     assert topology.locality(slow, pair).bottleneck_gbps == 25.0 < topology.locality(fast, pair).bottleneck_gbps
 
 
@@ -39,12 +42,12 @@ def test_topology_round_trips_through_node_link_json(cluster, tmp_path):
     topology.save(cluster, tmp_path / "c.json")
     back = topology.load(tmp_path / "c.json")
     assert sorted(topology.gpus(back)) == sorted(topology.gpus(cluster))
-    assert topology.locality(back, ["gpu:0/0", "gpu:5/1"]) == topology.locality(cluster, ["gpu:0/0", "gpu:5/1"])
+    assert topology.locality(back, ["gpu:n0/0", "gpu:n5/1"]) == topology.locality(cluster, ["gpu:n0/0", "gpu:n5/1"])
 
 
 def test_unknown_gpu_is_named(cluster):
-    with pytest.raises(ConfigError, match="gpu:9/0"):
-        topology.locality(cluster, ["gpu:0/0", "gpu:9/0"])
+    with pytest.raises(ConfigError, match="gpu:n9/0"):
+        topology.locality(cluster, ["gpu:n0/0", "gpu:n9/0"])
 
 
 def test_kmeans_picks_k_by_silhouette_and_outliers_get_their_own_class():
@@ -73,8 +76,6 @@ def test_assigning_measured_gpus_is_seeded(cluster):
     c = assign_slowdowns(ids, np.random.default_rng(6))
     assert a == b and a != c
     assert set(a[ids[0]]) == {"classA", "classB", "classC", "classD"}
-    graph = topology.set_slowdowns(cluster, a)
-    assert graph.nodes[ids[0]]["slowdown"] == a[ids[0]]
 
 
 def test_ready_table_covers_an_8x4_cluster():
@@ -98,12 +99,12 @@ def test_pal_world_gpus_run_at_measured_values_and_policies_see_ordered_tiers(cl
 def test_a_rounds_topology_comes_from_racks_or_from_node_link_json():
     import networkx as nx
 
-    from schedlab.clusters import ClusterSpec, make_cluster
     from schedlab.io import cluster_to_dict, parse_round_input
 
     seen, truth = make_cluster(ClusterSpec(8, 4, racks=2, uplink_gbps=25.0, variability="measured"))
     assert seen.has_variability and truth.has_variability and seen != truth  # tiers seen, slowest runs true
     graph = topology.cluster_graph(seen)
+    assert graph.nodes["gpu:n0/1"]["slowdown"] == {c: f[1] for c, f in seen.nodes[0].slowdown.items()}
     assert topology.spread_gbps(seen, ["n0", "n1"], graph) == 100.0  # one rack: the node links
     assert topology.spread_gbps(seen, ["n0", "n7"], graph) == 25.0  # across racks: the uplink
     raw = {"cluster": cluster_to_dict(seen), "jobs": []}

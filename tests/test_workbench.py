@@ -11,6 +11,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from conftest import needs_pyomo_solver
 
 import schedlab
 from schedlab.errors import ConfigError
@@ -63,6 +64,7 @@ def test_compare_solves_every_round_with_every_variant_and_finds_the_same_optima
     assert render(per_round, "csv").splitlines()[0].startswith("round,variant,jobs,status,objective")
 
 
+@needs_pyomo_solver("cbc")
 def test_compare_cli_takes_a_customization(rounds_file, tmp_path):
     (tmp_path / "changes.py").write_text(
         "import pyomo.environ as pyo\n"

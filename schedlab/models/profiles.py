@@ -4,12 +4,11 @@ A profile bundles, for one application of the Pollux artifact (measured on NVIDI
 throughput parameters fitted to its measured tables, the gradient statistics of its first
 epoch at the initial batch, its batch limits and its completion epoch. The fitted parameters
 ship in data/pollux/profiles.json so that importing schedlab fits nothing; regenerate them
-with `python -m schedlab.models.profiles --refit` and tests check they match a fresh fit.
+with `python experiments/refit_profiles.py --refit` and tests check they match a fresh fit.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass
 from functools import cache
@@ -88,7 +87,8 @@ def table_fields(app: str) -> dict[str, list]:
             "batch": [init_bsz, max_bsz, int(local.min()), MAX_LOCAL_BSZ_OVERRIDE.get(app, int(local.max()))]}
 
 
-def _profiles_file() -> Path:
+def profiles_path() -> Path:
+    """The shipped profiles.json: what `shipped_profiles` reads and `refit` regenerates."""
     return data_dir() / "pollux" / "profiles.json"
 
 
@@ -96,21 +96,15 @@ def _profiles_file() -> Path:
 def shipped_profiles() -> dict[str, ApplicationProfile]:
     """The six Pollux applications as profiles.json holds them (fitted parameters and what the
     tables give, written by refit): reading them needs no table, so no pandas."""
-    shipped = json.loads(_profiles_file().read_text())
+    shipped = json.loads(profiles_path().read_text())
     return {app: ApplicationProfile(app, POLLUX_GPU_TYPE, ThroughputParams(*shipped[app]["params"]),
                                     GradStats(*shipped[app]["grad_stats"]), BatchLimits(*shipped[app]["batch"]),
                                     MAX_EPOCHS[app], shipped[app]["fit_rmsle"])
             for app in APPLICATIONS}
 
 
-def get_profile(name: str) -> ApplicationProfile:
-    profiles = shipped_profiles()
-    if name not in profiles:
-        raise KeyError(name)
-    return profiles[name]
-
-
 def refit() -> dict[str, dict]:
+    """Every application's profile fitted afresh from its measured tables, as profiles.json holds it."""
     out = {}
     for app in APPLICATIONS:
         params, err = fit_application(app)
@@ -118,17 +112,3 @@ def refit() -> dict[str, dict]:
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--refit", action="store_true", help="refit and rewrite profiles.json")
-    args = parser.parse_args(argv)
-    fitted = refit()
-    for app, v in fitted.items():
-        print(f"{app:12s} step-time RMSLE {v['fit_rmsle']:.4f}")
-    if args.refit:
-        _profiles_file().write_text(json.dumps(fitted, indent=2) + "\n")
-        print(f"wrote {_profiles_file()}")
-
-
-if __name__ == "__main__":
-    main()

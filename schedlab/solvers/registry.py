@@ -78,15 +78,6 @@ SOLVERS: dict[str, Solver] = {
 }
 
 
-def array_solver(name: str) -> Callable[..., SolveOutcome]:
-    """The array solve function `(arrays, time_limit_s, mip_gap) -> SolveOutcome` of a solver
-    that takes MilpArrays (highs, cpsat, portfolio): for models built as arrays only."""
-    entry = solver(name)
-    if not isinstance(entry, ArraySolver):
-        raise SolverError(f"solver {name!r} solves Pyomo models; use one of {', '.join(array_solver_names())}")
-    return entry.solve
-
-
 def array_solver_names() -> tuple[str, ...]:
     return tuple(n for n, e in SOLVERS.items() if isinstance(e, ArraySolver))
 

@@ -1,4 +1,9 @@
-"""Random rounds from the shipped profiles, and the solve-latency benchmark over them."""
+"""The solve-latency benchmarks behind `schedlab bench`: random rounds solved and timed.
+
+`run_bench` times rounds of one size (optionally on racks or with GPU variability);
+`run_scale` times each of SCALE_GPUS in a process of its own and bounds each answer's loss
+against the unpartitioned round's LP bound.
+"""
 
 from __future__ import annotations
 
@@ -12,68 +17,15 @@ from dataclasses import replace
 import numpy as np
 
 from schedlab.api import solve_round
+from schedlab.bench.rounds import random_round
 from schedlab.clusters import ClusterSpec, make_cluster
 from schedlab.formulations.goodput import allocation_objective, build_arrays
 from schedlab.formulations.options import enumerate_options
-from schedlab.models.freezing import DEFAULT_BUDGET, layer_profile
-from schedlab.models.profiles import APPLICATIONS, shipped_profiles
 from schedlab.partition import auto_partitions
 from schedlab.solvers.highs_direct import lp_bound
-from schedlab.state import Cluster, FreezeSpec, GpuRef, GradStats, JobSpec, Node, RoundInput, Settings
+from schedlab.state import RoundInput, Settings
 
-
-def random_round(rng: np.random.Generator, num_gpus: int, num_jobs: int, gpus_per_node: int = 4,
-                 running_fraction: float = 0.5, settings: Settings | None = None,
-                 freeze_fraction: float = 0.0) -> RoundInput:
-    """A round on num_gpus GPUs: num_jobs jobs of the six applications, some already running.
-
-    Gradient statistics vary around each profile's (log-normal factors), ages up to 4 h, and
-    running jobs hold chain-shaped placements packed first-fit, as a previous round leaves them.
-    A `freeze_fraction` of the jobs opt in to layer freezing at a uniform progress, 2,000-50,000
-    steps long, with up to the default budget left.
-    """
-    nodes = tuple(Node(f"n{k}", gpus_per_node) for k in range(max(num_gpus // gpus_per_node, 1)))
-    free = [list(range(gpus_per_node)) for _ in nodes]
-    profiles = shipped_profiles()
-    jobs = []
-    for i in range(num_jobs):
-        prof = profiles[APPLICATIONS[rng.integers(len(APPLICATIONS))]]
-        grad = GradStats(prof.grad_stats.sqr * rng.lognormal(0, 0.5), prof.grad_stats.var * rng.lognormal(0, 0.5))
-        max_gpus = min(max(prof.batch.max_bsz // prof.batch.min_local_bsz, 1), len(nodes) * gpus_per_node)
-        current: tuple[GpuRef, ...] = ()
-        if rng.random() < running_fraction:
-            want = int(rng.choice([1, 2, gpus_per_node, 2 * gpus_per_node]))
-            current = _take_first_fit(free, nodes, min(want, max_gpus), gpus_per_node)
-        jobs.append(JobSpec(
-            id=f"{prof.name}-{i}", throughput={nodes[0].gpu_type: prof.params}, grad_stats=grad, batch=prof.batch,
-            min_gpus=1, max_gpus=max_gpus, current_gpus=current, age_s=float(rng.uniform(0, 4 * 3600)),
-            num_restarts=int(rng.integers(0, 4)), application=prof.name,
-            # no draw at all without opt-ins: seeded rounds stay those of earlier releases
-            freezing=_random_freezing(rng, prof.name) if freeze_fraction and rng.random() < freeze_fraction else None,
-        ))
-    return RoundInput(Cluster(nodes), tuple(jobs), settings or Settings())
-
-
-def _random_freezing(rng: np.random.Generator, application: str) -> FreezeSpec:
-    return FreezeSpec(layer_profile(application), progress=float(rng.uniform()),
-                      total_steps=float(rng.uniform(2e3, 5e4)), budget_left=float(rng.uniform(0, DEFAULT_BUDGET)))
-
-
-def _take_first_fit(free: list[list[int]], nodes, gpus: int, gpus_per_node: int) -> tuple[GpuRef, ...]:
-    if gpus <= gpus_per_node:
-        for k, f in enumerate(free):
-            if len(f) >= gpus:
-                taken, free[k] = f[:gpus], f[gpus:]
-                return tuple(GpuRef(nodes[k].id, i) for i in taken)
-        return ()
-    empty = [k for k, f in enumerate(free) if len(f) == gpus_per_node][: gpus // gpus_per_node]
-    if len(empty) < gpus // gpus_per_node:
-        return ()
-    refs = []
-    for k in empty:
-        refs += [GpuRef(nodes[k].id, i) for i in free[k]]
-        free[k] = []
-    return tuple(refs)
+__all__ = ["SCALE_GPUS", "run_bench", "run_scale", "scale_rounds"]
 
 
 def run_bench(num_gpus: int, num_jobs: int, rounds: int, solver: str = Settings.solver, seed: int = 0,
@@ -109,7 +61,6 @@ def run_bench(num_gpus: int, num_jobs: int, rounds: int, solver: str = Settings.
         "total_p50_ms": _ms(total, 50), "total_p95_ms": _ms(total, 95), "total_max_ms": _ms(total, 100),
         "gap_max": float(max(gaps)), "status_counts": dict(statuses),
     }
-
 
 
 def _ms(seconds: list[float], q: float) -> float:

@@ -1,18 +1,17 @@
-"""Fuzzed rounds, valid and hostile: `python experiments/fuzz_rounds.py --valid N --mutated M [--json]`.
+"""Fuzzed rounds, valid and hostile, and an answer checker written apart from schedlab.verify.
 
-valid    N random valid rounds (1-64 GPUs, 0-40 jobs, every p, running jobs on arbitrary GPUs),
-         each solved and its answer checked by `capacity_violations`, a checker written apart
-         from schedlab.verify: one entry per job, GPUs that exist, none shared, counts within
-         [min_gpus, max_gpus].
-mutated  M valid rounds as JSON, one field each mutated (dropped, duplicated, retyped, scaled,
+valid    random valid rounds (1-64 GPUs, 0-40 jobs, every p, running jobs on arbitrary GPUs),
+         each solved and its answer checked by `capacity_violations`: one entry per job, GPUs
+         that exist, none shared, counts within [min_gpus, max_gpus].
+mutated  valid rounds as JSON, one field each mutated (dropped, duplicated, retyped, scaled,
          nested, re-encoded), read as bytes by io.load_json and solved: each case must end in a
          verified answer or an InputError within CASE_BOUND_S, never another exception.
-Prints the counts, statuses and seconds, JSON last.
+experiments/fuzz_rounds.py runs both; experiments/serve_bench.py sends mutated rounds to the
+service.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import sys
@@ -25,10 +24,13 @@ from typing import Any
 import numpy as np
 
 from schedlab.api import solve_round
-from schedlab.bench import random_round
+from schedlab.bench.rounds import random_round
 from schedlab.errors import InputError
-from schedlab.io import json_text, load_json, round_input_to_dict
+from schedlab.io import load_json, round_input_to_dict
 from schedlab.state import GpuRef, JobAllocation, RoundInput, Settings
+
+__all__ = ["CASE_BOUND_S", "MUTATIONS", "capacity_violations", "mutated_case", "run_mutated", "run_valid",
+           "valid_round"]
 
 PROGRESS_EVERY = 5000  # valid rounds between progress lines on stderr
 CASE_BOUND_S = 20.0  # a round with time_limit_s = 1 must answer well within this
@@ -81,6 +83,11 @@ def capacity_violations(ri: RoundInput, allocations: Sequence[JobAllocation]) ->
 
 
 def run_valid(count: int, seed: int = 0) -> dict[str, Any]:
+    """Solve `count` valid rounds (seeded) and check each answer with `capacity_violations`.
+
+    Returns the rounds, the answers with a violation, the exceptions (both must be 0), the
+    statuses and the seconds; every PROGRESS_EVERY rounds a progress line goes to stderr.
+    """
     rng = np.random.default_rng(seed)
     statuses: Counter[str] = Counter()
     violations, exceptions, t0 = 0, 0, time.perf_counter()
@@ -192,6 +199,12 @@ def _split_value(text: str) -> tuple[str, str]:
 
 
 def run_mutated(count: int, seed: int = 0) -> dict[str, Any]:
+    """Send `count` mutated rounds (seeded) through io.load_json and solve_round.
+
+    Each case ends in a verified answer or an InputError (counted as outcomes), or in a
+    traceback or a hang past CASE_BOUND_S (the acceptance is zero of both); the first 20
+    tracebacks are listed.
+    """
     rng = np.random.default_rng(seed)
     outcomes: Counter[str] = Counter()
     failures: list[str] = []
@@ -214,24 +227,3 @@ def run_mutated(count: int, seed: int = 0) -> dict[str, Any]:
         outcomes[outcome] += 1
     return {"cases": count, "kinds": len(MUTATIONS), "outcomes": dict(outcomes), "failures": failures[:20],
             "slowest_case_s": slowest, "seconds": time.perf_counter() - t0}
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--valid", type=int, default=1000, help="valid rounds to solve and check")
-    parser.add_argument("--mutated", type=int, default=1000, help="mutated rounds to send")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", action="store_true", help="end with one JSON line")
-    args = parser.parse_args(argv)
-    out = {"valid": run_valid(args.valid, args.seed), "mutated": run_mutated(args.mutated, args.seed)}
-    for name, part in out.items():
-        print(name, {k: v for k, v in part.items() if k != "failures"})
-        for line in part.get("failures", []):
-            print("  ", line)
-    if args.json:
-        print(json_text(out))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
