@@ -29,6 +29,9 @@ MATH_PAGES = {
     "formulations/goodput.html": ["(one)", "(level)", "(slots)", "(minspd)"],
     "formulations/freezing.html": ["(one)", "(budget)"],
     "formulations/options.html": [],
+    "formulations/joint.html": ["(one)", "(level)", "(slots)", "(slice)", "(pool)", "(elig)", "(minspd)"],
+    "formulations/placement.html": ["(place)", "(cap)", "(node)", "(tier)", "(order)", "(spread)", "(onenode)", "(lost)",
+                                    "(stay)", "(cover)", "(alone)", "(twins)", "(scarce)", "(scarce_count)"],
 }
 # What TeX left unrendered looks like: a dollar delimiter, \( \[ or a control word such as \frac.
 RAW_TEX = re.compile(r"\$|\\[(\[]|\\[A-Za-z]+")

@@ -3,72 +3,109 @@ r"""The joint round: Pollux's goodput with every GPU's variability tier and the 
 Follows goodput.py (Pollux's goodput and p-mean fairness as Sia's configuration MILP) and PAL
 (Jain et al. SC'24: a data-parallel job runs at the speed of its slowest GPU, per-GPU slowdown
 factors per application class, grouped into tiers). What we changed, and ours: a GPU's factor
-scales the compute part of Pollux's step (alpha_c, beta_c) and not its sync; a spread's inter-node
-sync (alpha_n, beta_n) scales with B_ref / B, B the bottleneck bandwidth of the links joining its
-nodes in the topology graph (schedlab.topology) and B_ref the node link bandwidth the model was
-fitted at; a job spanning nodes runs `across_node_factor` times slower (PAL's flat penalty, 1
-unless the topology sets it). Factors of one class within `tier_tolerance` (relative) of a tier's
-smallest are one tier, valued at the tier's largest: predictions are never optimistic.
+scales the compute part of Pollux's step ($\alpha_c$, $\beta_c$) and not its sync; a spread's
+inter-node sync ($\alpha_n$, $\beta_n$) scales with $B_{\mathit{ref}} / B$, $B$ the bottleneck
+bandwidth of the links joining its nodes in the topology graph (schedlab.topology) and
+$B_{\mathit{ref}}$ the node link bandwidth the model was fitted at; a job spanning nodes runs
+`across_node_factor` times slower (PAL's flat penalty, 1 unless the topology sets it). Factors
+of one class within `tier_tolerance` (relative) of a tier's smallest are one tier, valued at the
+tier's largest: predictions are never optimistic.
 
-Sets
-    J             jobs, a_j the variability class of job j;  S the GPU signatures: a GPU's tier
-                  in every class in play
-    H             homogeneous node groups: nodes of one GPU type, size G_g, rack and signature
-                  (every GPU of the node alike); K_g its nodes; L_g = chain_levels(G_g)
-    X             heterogeneous nodes (GPUs of several signatures), each alone; Sl_k its slices
-                  (its GPUs of one signature), n_ks GPUs in slice s
-    W = H u X     pools of whole nodes; |K_w| nodes, worst factor tau_wa over its GPUs
-    C_j           options of job j:
-                  single(g, d)     d in L_g GPUs on one node of g in H
-                  comp(k, m)       m_s GPUs of each slice s of k in X, any total >= 1
-                  multi(n, t, R)   n >= 2 whole nodes of one GPU type and size, from the pools
-                                   E_c = {w: tau_w,a_j <= t, rack(w) in R}, R one rack or all
-                  stay             a running job keeps exactly its GPUs
-Parameters
-    tau_c     worst factor of option c's GPUs for a_j (single: the group's; comp: the worst slice
-              used; multi: t; stay: its GPUs')
-    g_c       goodput at the best batch (models.efficiency.best_batch) with compute x tau_c,
-              inter-node sync x B_ref / B_c, and the whole step x across_node_factor if spread
-    u_c, U0_j, s'_c   utility, unallocated utility, penalized speedup as goodput.py (the fair
-              share valued on a typical GPU: variability shows in the speedups)
-    a_c, z_c  GPUs and GPUs per node of single(g, d) (a_c = z_c = d); n_c of multi;
-    h_kc      GPUs stay option c holds on a homogeneous node k; h_kcs on slice s of k in X
-Variables
-    x_c in {0, 1}       option c is chosen
-    v_jw in Z, >= 0     whole nodes of pool w that job j takes (for its multi option)
-    w_kd in Z, >= 0     goodput.py's free d-slots of a homogeneous node with several stayers
-    t                   max-min only, as goodput.py
-Objective
-    as goodput.py:  maximize  sum_j U0_j + sum_c (u_c - U0_j(c)) x_c   (max-min: + M t)
-Constraints
-    (one)    sum_{c in C_j} x_c <= 1                                                 for j
-    (level)  sum_{c single in g, z_c >= d} (a_c / d) x_c + (G_g / d) sum_j v_jg
-               + sum_{k in K1_g} sum_{c in S_k} ceil(h_kc / d) x_c - sum_{k in K2_g} w_kd
-               <= |K_g \ K2_g| G_g / d                                        for g in H, d in L_g
-    (slots)  d w_kd + sum_{c in S_k} h_kc x_c <= G_g                       for k in K2_g, d in L_g
-    (slice)  sum_{c comp on k} m_cs x_c + sum_{c stay} h_kcs x_c + n_ks sum_j v_jk <= n_ks
-                                                                            for k in X, s in Sl_k
-    (pool)   sum_w v_jw = sum_{c multi of j} n_c x_c                                  for j
-    (elig)   v_jw <= |K_w| sum_{c multi of j, w in E_c} x_c                         for j, w
-    (minspd) as goodput.py (max-min)
+**Sets**
 
-Why it is exact. By (one) a job takes at most one option, so (elig) lets v_j. use only the pools
-of its chosen multi option and (pool) makes them n_c whole nodes: the option's value is a lower
-bound of what those nodes give (their worst factor <= t, their racks in R), and the option with
-t and R equal to the realized ones exists, so the optimum over options is the optimum over
-concrete placements of these shapes. A heterogeneous node is one bin whose GPUs of one slice are
-interchangeable: (slice) is exactly its capacity, a whole node taking all of it. A homogeneous
-group is goodput.py's node group, whole nodes being items of size G_g in its chain, so its
-(level) argument holds unchanged. Decoding places stayers, then whole nodes, then single-node
-items largest first (packing.py), then compositions on their slices: it never fails; the
-verifier checks anyway, and a brute-force test over every placement checks the optimum.
+- $J$ jobs, $a_j$ the variability class of job $j$; $S$ the GPU signatures: a GPU's tier in
+  every class in play
+- $H$ homogeneous node groups: nodes of one GPU type, size $G_g$, rack and signature (every GPU
+  of the node alike); $K_g$ its nodes; $L_g = \mathit{chain\_levels}(G_g)$; $S_k$, $K1_g$,
+  $K2_g$ as goodput.py (the stay options holding GPUs on node $k$; the nodes of $g$ with
+  exactly one / several)
+- $X$ heterogeneous nodes (GPUs of several signatures), each alone; $\mathit{Sl}_k$ its slices
+  (its GPUs of one signature), $n_{ks}$ GPUs in slice $s$
+- $W = H \cup X$ pools of whole nodes; $|K_w|$ nodes, worst factor $\tau_{wa}$ over its GPUs
+- $C_j$ options of job $j$ (joint_options.py), of four kinds:
+    - $\mathit{single}(g, d)$: $d \in L_g$ GPUs on one node of $g \in H$
+    - $\mathit{comp}(k, m)$: $m_s$ GPUs of each slice $s$ of $k \in X$, any total $\ge 1$
+    - $\mathit{multi}(n, t, R)$: $n \ge 2$ whole nodes of one GPU type and size, from the pools
+      $E_c = \{w : \tau_{w a_j} \le t,\ \mathit{rack}(w) \in R\}$, $R$ one rack or all
+    - stay: a running job keeps exactly its GPUs
+- $V$ the pairs $(j, w)$ with $w \in E_c$ for a multi option $c$ of $j$ (the sums over $v$
+  below run over $V$)
 
-Smaller, still exact: a larger shape of one pool or multi-node definition is kept only if worth
-more than the smaller ones; a composition only if worth more than every composition it contains;
-a multi-node definition only at the tiers where its eligible nodes grow. Freeze levels fold in as
-formulations/freezing.py proves for goodput.py (fold_freeze_levels: each option at its best
-admissible level, the same model size). Not modelled: links shared by several jobs (a spread's
-bandwidth is its own); a spread over racks is priced at the smallest rack uplink of the cluster.
+**Parameters**
+
+- $\tau_c$ worst factor of option $c$'s GPUs for $a_j$ (single: the group's; comp: the worst
+  slice used; multi: $t$; stay: its GPUs')
+- $g_c$ goodput at the best batch (models.efficiency.best_batch) with compute $\times \tau_c$,
+  inter-node sync $\times B_{\mathit{ref}} / B_c$, and the whole step $\times$
+  `across_node_factor` if spread
+- $u_c$, $U0_j$, $s'_c$ utility, unallocated utility, penalized speedup as goodput.py (the fair
+  share valued on a typical GPU: variability shows in the speedups)
+- $a_c$, $z_c$ GPUs and GPUs per node of $\mathit{single}(g, d)$ ($a_c = z_c = d$); $n_c$ the
+  whole nodes of a multi option; $m_{cs}$ the GPUs of slice $s$ composition $c$ takes
+- $h_{kc}$ GPUs stay option $c$ holds on a homogeneous node $k$; $h_{kcs}$ on slice $s$ of
+  $k \in X$
+
+**Variables**
+
+- $x_c \in \{0, 1\}$: option $c$ is chosen
+- $v_{jw} \in \mathbb{Z}_{\ge 0}$, $(j, w) \in V$: whole nodes of pool $w$ that job $j$ takes
+  (for its multi option), at most $|K_w|$
+- $w_{kd} \in \mathbb{Z}_{\ge 0}$: goodput.py's free $d$-slots of a homogeneous node with
+  several stayers, $k \in K2_g$, $d \in L_g$
+- $t$: max-min only, as goodput.py
+
+**Objective** (as goodput.py)
+
+$$
+\max \; \sum_j U0_j + \sum_c \bigl(u_c - U0_{j(c)}\bigr) \, x_c
+\qquad (\text{max-min: } + M t)
+$$
+
+**Constraints**
+
+$$
+\begin{aligned}
+&\text{(one)}    && \sum_{c \in C_j} x_c \le 1
+                 && j \in J \\
+&\text{(level)}  && \sum_{c \text{ single in } g,\ z_c \ge d} \frac{a_c}{d} \, x_c
+                    + \frac{G_g}{d} \sum_j v_{jg}
+                    + \sum_{k \in K1_g} \sum_{c \in S_k} \left\lceil \frac{h_{kc}}{d} \right\rceil x_c
+                 && \\
+&                && \quad - \sum_{k \in K2_g} w_{kd} \le |K_g \setminus K2_g| \, \frac{G_g}{d}
+                 && g \in H,\ d \in L_g \\
+&\text{(slots)}  && d \, w_{kd} + \sum_{c \in S_k} h_{kc} \, x_c \le G_g
+                 && k \in K2_g,\ d \in L_g \\
+&\text{(slice)}  && \sum_{c \text{ comp on } k} m_{cs} \, x_c + \sum_{c \text{ stay}} h_{kcs} \, x_c
+                    + n_{ks} \sum_j v_{jk} \le n_{ks}
+                 && k \in X,\ s \in \mathit{Sl}_k \\
+&\text{(pool)}   && \sum_w v_{jw} = \sum_{c \text{ multi of } j} n_c \, x_c
+                 && j \in J \\
+&\text{(elig)}   && v_{jw} \le |K_w| \sum_{c \text{ multi of } j,\ w \in E_c} x_c
+                 && (j, w) \in V \\
+&\text{(minspd)} && t \le \sum_{c \in C_j} s'_c \, x_c
+                 && j \in J \text{ (max-min)}
+\end{aligned}
+$$
+
+**Why it is exact.** By (one) a job takes at most one option, so (elig) lets $v_{j\cdot}$ use
+only the pools of its chosen multi option and (pool) makes them $n_c$ whole nodes: the option's
+value is a lower bound of what those nodes give (their worst factor $\le t$, their racks in
+$R$), and the option with $t$ and $R$ equal to the realized ones exists, so the optimum over
+options is the optimum over concrete placements of these shapes. A heterogeneous node is one
+bin whose GPUs of one slice are interchangeable: (slice) is exactly its capacity, a whole node
+taking all of it. A homogeneous group is goodput.py's node group, whole nodes being items of
+size $G_g$ in its chain, so its (level) argument holds unchanged. Decoding places stayers, then
+whole nodes, then single-node items largest first (packing.py), then compositions on their
+slices: it never fails; the verifier checks anyway, and a brute-force test over every placement
+checks the optimum.
+
+Smaller, still exact (joint_options.py): a larger shape of one pool or multi-node definition is
+kept only if worth more than the smaller ones; a composition only if worth more than every
+composition it contains; a multi-node definition only at the tiers where its eligible nodes
+grow. Freeze levels fold in as formulations/freezing.py proves for goodput.py
+(`fold_freeze_levels`: each option at its best admissible level, the same model size). Not
+modelled: links shared by several jobs (a spread's bandwidth is its own); a spread over racks
+is priced at the smallest rack uplink of the cluster.
 """
 
 

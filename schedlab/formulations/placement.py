@@ -1,82 +1,135 @@
 r"""Variability-aware placement (PAL, Jain et al. SC'24) as an exact MILP over GPU types.
 
-The jobs chosen to run this round (gang-scheduled: job j needs exactly G_j GPUs) are placed on
-concrete GPUs, trading each job's slowest GPU against the spread of its GPUs over nodes.
+The jobs chosen to run this round (gang-scheduled: job $j$ needs exactly $G_j$ GPUs) are placed
+on concrete GPUs, trading each job's slowest GPU against the spread of its GPUs over nodes.
 
-Sets
-  J jobs; N nodes; K GPU types: GPUs on the same node with the same slowdown for every
-  application class in play (interchangeable, so counted, not named); T_j = the distinct
-  slowdowns tau_j0 < tau_j1 < ... of job j's class on the GPUs offered (its tiers); R the
-  running jobs, S in R those that can stay (all their G_j current GPUs offered).
-Parameters
-  G_j GPUs of job j; w_j its weight; cap_k GPUs of type k, on node n(k), with tier t_j(k) for
-  job j; L the across-node locality factor (PAL's simulator: 1.7); rho_j the restart penalty
-  (fraction of a round) of moving running job j; cur_jk its current GPUs of type k.
-Variables
-  x_jk in {0..min(cap_k, G_j)}   GPUs of type k given to job j
-  y_jn in {0,1}                 job j uses node n
-  z_jt in {0,1}, t >= 1         job j uses a GPU of tier >= t (ordered tier binaries)
-  m_j  in {0,1}                 job j spans more than one node (fixed to 1 when G_j exceeds the
-                                largest node)
-  p_j  in [0, 1/tau_j0]         = m_j * (1 / tau_worst), the part of the speed lost to spread
-  s_j  in {0,1}, j in S         running job j keeps exactly its GPUs
-Objective (maximize weighted job speed, speed = 1 / (worst slowdown x locality factor))
-  sum_j w_j [ 1/tau_j0 + sum_{t>=1} d_jt z_jt - (1 - 1/L) p_j ] - sum_{j in R} w_j rho_j (1 - s_j)
-  with s_j = 0 for j in R \ S, and d_jt = 1/tau_jt - 1/tau_j(t-1) < 0: the telescoped
-  1/tau_worst, exact because z_j. is monotone and pushed down by the objective, up by (tier).
-Constraints
-  (place)    sum_k x_jk = G_j                                   for j: every job placed whole
-  (cap)      sum_j x_jk <= cap_k                                for k: capacity per type
-  (node)     x_jk <= min(cap_k, G_j) y_j,n(k)                   for j, k: nodes used
-  (tier)     x_jk <= min(cap_k, G_j) z_j,t_j(k)                 for j, k with t_j(k) >= 1: tiers used
-  (order)    z_j,t+1 <= z_jt                                    for j, t >= 1: ordered tiers
-  (spread)   sum_n y_jn <= 1 + (min(|N|, G_j) - 1) m_j          for j: G_j GPUs span <= G_j nodes
-  (onenode)  sum_{k on n} x_jk >= G_j (y_jn - m_j)              for j with G_j <= the largest node,
-                                                                n: one node unless spread (valid,
-                                                                and without it the LP spreads a
-                                                                job for ~1/|N| of m)
-  (lost)     p_j >= 1/tau_j0 + sum_t d_jt z_jt - (1/tau_j0)(1 - m_j)
-                                                                for j: p's lower bound (it is
-                                                                penalized, so it is tight)
-  (stay)     x_jk >= cur_jk s_j                                 for j in S, k: staying keeps the
-                                                                current GPUs
-Valid inequalities (no integer point is cut off; they tighten the LP bound or break symmetry):
-  (cover)    sum_{k: t_j(k) >= t} x_jk <= G_j z_jt              for j, t >= 1: (tier) summed over
-                                                                types (an LP spreads a job thinly)
-  (alone)    z_jt >= sum_{n: a_jn >= t} y_jn - min(|N|, G_j) m_j
-                                                                for j with G_j <= the largest node,
-                                                                t >= 1; a_jn = the tier of node n's
-                                                                G_j-th best GPU for j: a job on one
-                                                                node has a worst tier >= a_jn
-  (twins)    sum_t z_at >= sum_t z_bt                           for consecutive interchangeable jobs
-                                                                a, b (waiting, one size, class and
-                                                                weight): their order is fixed
-  (scarce)   sum_{j in C} G_j (1 - z_jt) <= F_Ct                for the jobs C of one class and t >= 1
-                                                                where F_Ct, its GPUs of tier < t,
-                                                                are fewer than C needs
-  (scarce_count) sum_{j in C, G_j = g} (1 - z_jt) <= floor(F_Ct / g)
-                                                                for each size g of more such jobs
-`build` writes these as arrays and `build_pyomo` as Pyomo components of the same names, from
-the same index sets (`model_sets`), with the columns in one order: a test solves both.
+**Sets**
 
-As a round formulation (`placement_round.placement_model`, FORMULATIONS["placement"]), every job of a RoundInput
-is placed on exactly G_j = requested_gpus (else min_gpus) GPUs of its cluster: a GPU's slowdown
-for a class is Node.slowdown's (1 where the node does not list the class), L the topology's
-across_node_factor (1 without a topology), w_j = 1 and rho_j = 0 (a move shows in
-JobAllocation.restarted, unpriced). Jobs train at fixed_bsz, else requested_bsz, else init_bsz;
+- $J$ jobs; $N$ nodes; $K$ GPU types: GPUs on the same node with the same slowdown for every
+  application class in play (interchangeable, so counted, not named)
+- $T_j$ the distinct slowdowns $\tau_{j0} < \tau_{j1} < \dots$ of job $j$'s class on the GPUs
+  offered (its tiers)
+- $R$ the running jobs, $S \subseteq R$ those that can stay (all their $G_j$ current GPUs
+  offered)
+
+**Parameters**
+
+- $G_j$ GPUs of job $j$; $w_j$ its weight
+- $\mathit{cap}_k$ GPUs of type $k$, on node $n(k)$, with tier $t_j(k)$ for job $j$
+- $L$ the across-node locality factor (PAL's simulator: 1.7)
+- $\rho_j$ the restart penalty (fraction of a round) of moving running job $j$;
+  $\mathit{cur}_{jk}$ its current GPUs of type $k$
+
+**Variables**
+
+- $x_{jk} \in \{0, \dots, \min(\mathit{cap}_k, G_j)\}$: GPUs of type $k$ given to job $j$
+- $y_{jn} \in \{0, 1\}$: job $j$ uses node $n$
+- $z_{jt} \in \{0, 1\}$, $t \ge 1$: job $j$ uses a GPU of tier $\ge t$ (ordered tier binaries)
+- $m_j \in \{0, 1\}$: job $j$ spans more than one node (fixed to 1 when $G_j$ exceeds the
+  largest node)
+- $p_j \in [0, 1/\tau_{j0}]$: $p_j = m_j / \tau_{\mathit{worst}}$, the part of the speed lost to
+  spread
+- $s_j \in \{0, 1\}$, $j \in S$: running job $j$ keeps exactly its GPUs
+
+**Objective** (maximize weighted job speed,
+$\text{speed} = 1 / (\text{worst slowdown} \times \text{locality factor})$)
+
+$$
+\max \; \sum_j w_j \Bigl[ \frac{1}{\tau_{j0}} + \sum_{t \ge 1} d_{jt} \, z_{jt}
+  - \Bigl(1 - \frac{1}{L}\Bigr) p_j \Bigr] - \sum_{j \in R} w_j \, \rho_j \, (1 - s_j)
+$$
+
+with $s_j = 0$ for $j \in R \setminus S$, and $d_{jt} = 1/\tau_{jt} - 1/\tau_{j,t-1} < 0$: the
+telescoped $1/\tau_{\mathit{worst}}$, exact because $z_{j\cdot}$ is monotone and pushed down by
+the objective, up by (tier).
+
+**Constraints**
+
+$$
+\begin{aligned}
+&\text{(place)}   && \sum_k x_{jk} = G_j
+                  && j \in J \\
+&\text{(cap)}     && \sum_j x_{jk} \le \mathit{cap}_k
+                  && k \in K \\
+&\text{(node)}    && x_{jk} \le \min(\mathit{cap}_k, G_j) \, y_{j,n(k)}
+                  && j \in J,\ k \in K \\
+&\text{(tier)}    && x_{jk} \le \min(\mathit{cap}_k, G_j) \, z_{j,t_j(k)}
+                  && j \in J,\ k \in K,\ t_j(k) \ge 1 \\
+&\text{(order)}   && z_{j,t+1} \le z_{jt}
+                  && j \in J,\ t \ge 1 \\
+&\text{(spread)}  && \sum_n y_{jn} \le 1 + \bigl(\min(|N|, G_j) - 1\bigr) \, m_j
+                  && j \in J \\
+&\text{(onenode)} && \sum_{k \text{ on } n} x_{jk} \ge G_j \, (y_{jn} - m_j)
+                  && j \in J \text{ that fit a node},\ n \in N \\
+&\text{(lost)}    && p_j \ge \frac{1}{\tau_{j0}} + \sum_{t \ge 1} d_{jt} \, z_{jt}
+                     - \frac{1}{\tau_{j0}} \, (1 - m_j)
+                  && j \in J \\
+&\text{(stay)}    && x_{jk} \ge \mathit{cur}_{jk} \, s_j
+                  && j \in S,\ k \in K,\ \mathit{cur}_{jk} > 0
+\end{aligned}
+$$
+
+(place) places every job whole; (cap) is the capacity of each type; (node) and (tier) mark the
+nodes and tiers used; (order) orders the tiers. By (spread) $G_j$ GPUs span at most $G_j$ nodes.
+(onenode), for the jobs of $G_j$ no more than the largest node's GPUs, keeps a job on one node
+unless it is spread: valid, and without it the LP spreads a job for about $1/|N|$ of $m_j$.
+(lost) is $p_j$'s lower bound ($p_j$ is penalized, so it is tight). By (stay) staying keeps the
+current GPUs.
+
+**Valid inequalities** (no integer point is cut off; they tighten the LP bound or break
+symmetry)
+
+$$
+\begin{aligned}
+&\text{(cover)}  && \sum_{k :\ t_j(k) \ge t} x_{jk} \le G_j \, z_{jt}
+                 && j \in J,\ t \ge 1 \\
+&\text{(alone)}  && z_{jt} \ge \sum_{n :\ a_{jn} \ge t} y_{jn} - \min(|N|, G_j) \, m_j
+                 && j \in J \text{ that fit a node},\ t \ge 1 \\
+&\text{(twins)}  && \sum_t z_{at} \ge \sum_t z_{bt}
+                 && \text{consecutive twins } a, b \\
+&\text{(scarce)} && \sum_{j \in C} G_j \, (1 - z_{jt}) \le F_{Ct}
+                 && C,\ t \ge 1 :\ F_{Ct} < \textstyle\sum_{j \in C} G_j \\
+&\text{(scarce\_count)} && \sum_{j \in C,\ G_j = g} (1 - z_{jt}) \le \lfloor F_{Ct} / g \rfloor
+                 && (C, t) \text{ of (scarce)},\ g
+\end{aligned}
+$$
+
+(cover) is (tier) summed over types (an LP spreads a job thinly). In (alone), $a_{jn}$ is the
+tier of node $n$'s $G_j$-th best GPU for job $j$ (past the last tier when $n$ has fewer than
+$G_j$ GPUs): a job on one node has a worst tier of at least $a_{jn}$. (twins) fixes the order
+of consecutive interchangeable jobs $a$, $b$ (waiting, of one size, class and weight). (scarce)
+holds for the jobs $C$ of one class and each tier $t \ge 1$ whose faster GPUs, $F_{Ct}$ of them
+(tier $< t$), are fewer than $C$ needs; (scarce\_count) for each size $g$ of more such jobs than
+$\lfloor F_{Ct} / g \rfloor$ ($|\{j \in C : G_j = g\}| > \lfloor F_{Ct} / g \rfloor$).
+
+`build` writes these as arrays, each row keyed by its tag and indices, and `build_pyomo` as
+Pyomo components of the same names, written term by term apart from `build`'s rows from the
+same index sets (`model_sets`), with the columns in one order. The tests check one against the
+other: the same optimum, the Pyomo optimum a point of the arrays worth the same there, and the
+same number of rows of each tag.
+
+As a round formulation (`placement_round.placement_model`, `FORMULATIONS["placement"]`), every
+job of a RoundInput is placed on exactly $G_j$ = `JobSpec.gang_gpus` (`requested_gpus`, else
+`min_gpus`) GPUs of its cluster: a GPU's slowdown for a class is `Node.gpu_slowdown`'s (1 where
+the node does not list the class), $L$ the topology's `across_node_factor` (1 without a
+topology), $w_j = 1$ and $\rho_j = 0$ (a move shows in `JobAllocation.restarted`, unpriced).
+Jobs train at `JobSpec.submitted_bsz` (`fixed_bsz`, else `requested_bsz`, else `init_bsz`);
 goodput is not modelled (0), the job's speed is its speedup. PAL's greedy is the warm start and
 the fallback, so an answer is never worse than it. Limitations: one GPU type per cluster (the
 slowdowns compare GPUs of one type), and every job given is placed: the caller chooses which
-jobs run (policies.placement: PAL's queue; policies.compose: an allocation policy).
+jobs run (policies.placement: PAL's queue; policies.compose: an allocation policy). The
+problem's types and the objective a placement is worth are in placement_problem.py; above 128
+GPUs the round is solved a window at a time (placement_windows.py).
 
-What we changed from PAL: PAL places greedily (`placement_greedy.pal_greedy`, a formulation because it is this
-model's warm start; policies.placement runs it as the `pal` policy); this is the exact model of the same
-trade-off. The valid inequalities are ours: on full random 64-GPU rounds
-(experiments/placement_scale.py) they take the LP bound from 0.3-0.9 % to 0.03-0.2 % above the
-optimum, and, with CP-SAT's full linearization (solvers.cpsat), the portfolio proves all of ten
-rounds in 2 s, where it had proved 4 of 5. Locality is counted per node (PAL's simulator has one
-across-node factor); moving a job costs rho_j of its weight, PAL's "same GPUs, no restart". Solved by HiGHS
-(solvers.highs_direct) or, from the same arrays, by CP-SAT (solvers.cpsat).
+What we changed from PAL: PAL places greedily (`placement_greedy.pal_greedy`, a formulation
+because it is this model's warm start; policies.placement runs it as the `pal` policy); this is
+the exact model of the same trade-off. The valid inequalities are ours: on full random 64-GPU
+rounds (experiments/placement_scale.py) they take the LP bound from 0.3-0.9 % to 0.03-0.2 %
+above the optimum, and, with CP-SAT's full linearization (solvers.cpsat), the portfolio proves
+all of ten rounds in 2 s, where it had proved 4 of 5. Locality is counted per node (PAL's
+simulator has one across-node factor); moving a job costs $\rho_j$ of its weight, PAL's "same
+GPUs, no restart". Solved by HiGHS (solvers.highs_direct) or, from the same arrays, by CP-SAT
+(solvers.cpsat).
 """
 
 from __future__ import annotations
