@@ -1,0 +1,130 @@
+"""The checker a round's fields pass through: it reads each value, holds numbers to their schema
+range, and collects every problem under its field's path (`jobs[3].batch.max_local_bsz`), so
+that one InputError names them all.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import reprlib
+from collections.abc import Mapping
+from typing import Any, TypeGuard
+
+from schedlab.io.schema import FIELD_ACCEPT, FIELD_RULES, MAX_ID_CHARS, SCHEMA_KEYS
+from schedlab.state import LayerGroup
+
+__all__ = ["Checker", "is_id", "number_problem", "show"]
+
+_shown = reprlib.Repr()
+_shown.maxstring, _shown.maxother, _shown.maxlevel = 60, 60, 3
+
+
+def is_id(value: Any) -> TypeGuard[str]:
+    """Whether `value` is a usable id: a non-empty string of at most MAX_ID_CHARS characters."""
+    return isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS
+
+
+def show(value: Any) -> str:
+    """A bad value as an error message quotes it: shortened (a 50 MB string is not echoed back)
+    and depth-limited (a deeply nested value cannot recurse)."""
+    return _shown.repr(value)
+
+
+def number_problem(v: Any, minimum: float | None, positive: bool, integer: bool, maximum: float | None) -> str | None:
+    """What is wrong with v as a number of these bounds, or None."""
+    kind = type(v)
+    if kind is bool or not isinstance(v, (int, float)):
+        return f"must be {'an integer' if integer else 'a number'}, got {show(v)}"
+    if kind is not int and not math.isfinite(v):
+        return f"must be a finite number, got {v!r}"
+    if (kind is int or integer) and abs(v) > 2**53:  # a float too: 1e300 is "whole"
+        digits = f"{len(str(abs(v)))}" if abs(v) < 10**4000 else "over 4,000"  # str() stops at 4,300 digits
+        return f"must be at most 2**53 in size, got {f'an integer of {digits} digits' if kind is int else show(v)}"
+    if integer and v != int(v):
+        return f"must be a whole number, got {show(v)}"
+    if positive and v <= 0:
+        return f"must be > 0, got {show(v)}"
+    if minimum is not None and v < minimum:
+        return f"must be >= {minimum}, got {show(v)}"
+    if maximum is not None and v > maximum:
+        return f"must be <= {maximum:g}, got {show(v)}"
+    return None
+
+
+class Checker:
+    """Collects problems; each getter returns a usable default so parsing can go on."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+        self.layer_groups: dict[tuple, tuple[LayerGroup, ...]] = {}  # valid groups by their raw values
+
+    def bad(self, where: str, what: str) -> None:
+        """Record that the field at `where` is bad, and `what` to do about it."""
+        self.problems.append(f"{where}: {what}")
+
+    def number(self, d: Mapping, key: str, where: str, default=None, minimum: float | None = None,
+               positive: bool = False, integer: bool = False, required: bool = False, maximum: float | None = None):
+        """d[key] as a number within these bounds (an int where `integer`, else a float), or
+        `default` where it is absent or bad."""
+        v = d.get(key)
+        if v is None:
+            if required:
+                self.bad(f"{where}.{key}", "is required")
+            return default
+        problem = number_problem(v, minimum, positive, integer, maximum)
+        if problem is None:
+            return int(v) if integer else float(v)
+        self.bad(key if where == "round" else f"{where}{key}" if key.startswith("[") else f"{where}.{key}", problem)
+        return default
+
+    def field(self, d: Mapping, kind: str, key: str, where: str, default=None, required: bool = False):
+        """A number of an object of `kind`, checked against its schema's type and range."""
+        v = d.get(key)
+        accept = FIELD_ACCEPT[kind][key]
+        if type(v) is float:
+            if accept.float_lo <= v <= accept.float_hi and (v > 0 or not accept.positive):
+                return v
+        elif type(v) is int and accept.int_lo <= v <= accept.int_hi and (v > 0 or not accept.positive):
+            return v if accept.integer else float(v)
+        elif v is None and not required:
+            return default
+        return self.number(d, key, where, default, required=required, **FIELD_RULES[kind][key])
+
+    def flag(self, d: Mapping, key: str, where: str, default: bool) -> bool:
+        """d[key] as true or false, or `default` where it is absent or bad."""
+        v = d.get(key, default)
+        if not isinstance(v, bool):
+            self.bad(f"{where}.{key}", f"must be true or false, got {show(v)}")
+            return default
+        return v
+
+    def mapping(self, d: Any, where: str, kind: str | None = None) -> Mapping:
+        """d if it is an object (else {}); with `kind`, its keys are checked against the schema's."""
+        if not isinstance(d, Mapping):
+            self.bad(where, f"must be an object, got {type(d).__name__}")
+            return {}
+        if kind is not None:
+            self.known(d, kind, where)
+        return d
+
+    def known(self, d: Mapping, kind: str, where: str) -> None:
+        """Name each key of d that the schema's object of `kind` does not have, with the closest it has."""
+        allowed = SCHEMA_KEYS[kind]
+        if allowed.issuperset(d):
+            return
+        for key in d:
+            if key not in allowed:
+                close = difflib.get_close_matches(str(key), allowed, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                name = key if isinstance(key, str) and len(key) <= 60 else show(key)
+                self.bad(f"{where}.{name}" if where != "round" else name,
+                         f"unknown key; {hint}use {', '.join(sorted(allowed))}")
+
+    def sequence(self, d: Mapping, key: str, where: str) -> list:
+        """d[key] if it is a list (absent: empty), else [] and a problem."""
+        v = d.get(key, [])
+        if not isinstance(v, list):
+            self.bad(f"{where}.{key}", f"must be a list, got {type(v).__name__}")
+            return []
+        return v
