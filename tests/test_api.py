@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -317,6 +318,17 @@ def test_solver_options_a_solver_rejects_are_input_errors_naming_them(solver, op
     with pytest.raises(InputError) as err:
         solve_round(_example(), solver=solver, solver_options=options)
     assert any(p.startswith(field) for p in err.value.problems), err.value.problems
+
+
+def test_a_solver_that_takes_no_options_is_named_by_its_registry_entry(monkeypatch):
+    # the refusal is the entry's declared capability, not a check of the solver's name
+    race = dataclasses.replace(SOLVERS["portfolio"], options_refused="race runs three solvers")
+    monkeypatch.setitem(SOLVERS, "race", race)
+    with pytest.raises(InputError) as err:
+        solve_round(_example(), solver="race", solver_options={"mip_rel_gap": 0.0})
+    assert err.value.problems == ["settings.solver_options: race runs three solvers: set settings.solver to the one "
+                                  "the options are for"]
+    assert solve_round(_example(), solver="race").verified
 
 
 def test_solver_options_survive_the_json_round_trip():

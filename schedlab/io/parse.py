@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schedlab.errors import InputError
 from schedlab.io.checker import Checker, is_id, number_problem, show
@@ -26,6 +26,9 @@ from schedlab.io.schema import (
     OPTIONS_SPEC,
 )
 from schedlab.state import Cluster, JobSpec, Node, Rack, RoundInput, Settings, Topology
+
+if TYPE_CHECKING:
+    from schedlab.solvers.registry import SolverEntry
 
 __all__ = ["load_json", "parse_round_input"]
 
@@ -211,11 +214,11 @@ def _parse_settings(ck: Checker, raw: Any) -> Settings:
         tier_tolerance=ck.field(raw, "settings", "tier_tolerance", "settings", d.tier_tolerance),
         lp_first=ck.flag(raw, "lp_first", "settings", d.lp_first),
         partitions=ck.field(raw, "settings", "partitions", "settings", d.partitions),
-        solver_options=_parse_solver_options(ck, raw.get("solver_options", {}), solver),
+        solver_options=_parse_solver_options(ck, raw.get("solver_options", {}), SOLVERS[solver]),
     )
 
 
-def _parse_solver_options(ck: Checker, raw: Any, solver: str) -> tuple[tuple[str, bool | int | float | str], ...]:
+def _parse_solver_options(ck: Checker, raw: Any, solver: SolverEntry) -> tuple[tuple[str, bool | int | float | str], ...]:
     """{name: value} as the solver's options; names and values checked here, their meaning by
     the solver when it takes them (an option it does not know is an InputError naming it)."""
     where = "settings.solver_options"
@@ -223,8 +226,8 @@ def _parse_solver_options(ck: Checker, raw: Any, solver: str) -> tuple[tuple[str
     if len(raw) > OPTIONS_SPEC["maxProperties"]:
         ck.bad(where, f"{len(raw)} options; at most {OPTIONS_SPEC['maxProperties']}")
         return ()
-    if raw and solver == "portfolio":
-        ck.bad(where, "portfolio runs two solvers (highs and cpsat): set settings.solver to the one the options are for")
+    if raw and (refused := solver.options_refused):
+        ck.bad(where, f"{refused}: set settings.solver to the one the options are for")
         return ()
     out = []
     for name, value in raw.items():
