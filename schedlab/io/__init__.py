@@ -1,8 +1,10 @@
 """Rounds and results as JSON, and the tables schedlab writes.
 
     schema   what the published JSON Schema (schedlab/schemas/) sets: keys, ranges, size limits
-    checker  the checker every field passes, collecting each problem under its field's path
-    parse    JSON -> RoundInput (cluster, settings, the round), every bad field in one InputError
+    checker  the checker every field passes, collecting each problem under its field's path;
+             it reads a round's JSON, or its dataclasses through their fields
+    parse    a round, its JSON or a RoundInput -> a checked RoundInput (cluster, settings, the
+             round), every bad field in one InputError
     jobs     a round's jobs: throughput parameters, batch limits, freezing, the GPUs they hold
     encode   dataclasses -> JSON: rounds, results, errors; JSON text as schedlab writes it
     tables   CSV and Markdown/LaTeX tables of replays, sweeps and reports

@@ -107,8 +107,9 @@ def parse_job(ck: Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | None
     current = []
     gpu_index = FIELD_ACCEPT["gpu"]["gpu"]
     for k, rg in enumerate(ck.sequence(raw, "current_gpus", where)):
-        if (type(rg) is dict and len(rg) == 2 and type(node := rg.get("node")) is str
-                and type(gpu := rg.get("gpu")) is int and gpu_index.int_lo <= gpu <= gpu_index.int_hi):
+        fields = ck.plain(rg, "gpu")
+        if (fields is not None and len(fields) == 2 and type(node := fields.get("node")) is str
+                and type(gpu := fields.get("gpu")) is int and gpu_index.int_lo <= gpu <= gpu_index.int_hi):
             current.append(GpuRef(node, gpu))  # the common case, checked whole; the rest below
             continue
         gw = f"{where}.current_gpus[{k}]"
@@ -142,16 +143,17 @@ def _parse_app_class(ck: Checker, raw: Any, where: str) -> str | None:
     return raw
 
 
-def _groups_key(raw: Any) -> tuple | None:
+def _groups_key(ck: Checker, raw: Any) -> tuple | None:
     """Raw layer groups as a hashable key, or None where they are not plain (a bool would equal
     1 in a key, and odd values get their own messages)."""
-    if not isinstance(raw, list) or len(raw) > 1024:
+    if not ck.is_list(raw) or len(raw) > 1024:
         return None
     key = []
     for rg in raw:
-        if type(rg) is not dict:
+        fields = ck.plain(rg, "group")
+        if fields is None:
             return None
-        items = tuple(sorted(rg.items()))
+        items = tuple(sorted(fields.items()))
         if any(type(v) not in (int, float, str) for _, v in items):
             return None
         key.append(items)
@@ -160,7 +162,7 @@ def _groups_key(raw: Any) -> tuple | None:
 
 def _parse_groups(ck: Checker, raw: Mapping, where: str, app: str | None) -> tuple[LayerGroup, ...]:
     if "groups" in raw:
-        key = _groups_key(raw["groups"])
+        key = _groups_key(ck, raw["groups"])
         if key in ck.layer_groups:  # the jobs of one model share a profile: parsed and checked once
             return ck.layer_groups[key]
         found = len(ck.problems)

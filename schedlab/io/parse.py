@@ -1,17 +1,19 @@
-"""JSON -> RoundInput, with validation that names every bad field and its fix.
+"""A round -> a checked RoundInput, with validation that names every bad field and its fix.
 
 The format is published as JSON Schema in schedlab/schemas/. Parsing collects every problem
-before raising one InputError, so a caller fixes its input in one pass.
+before raising one InputError, so a caller fixes its input in one pass. A round given as its
+dataclasses passes the same rules (checker.DataChecker), without a trip through JSON.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from schedlab.errors import InputError
-from schedlab.io.checker import Checker, is_id, number_problem, show
+from schedlab.io.checker import Checker, DataChecker, is_id, number_problem, show
 from schedlab.io.jobs import check_current_gpus, parse_job
 from schedlab.io.schema import (
     MAX_GPUS,
@@ -57,9 +59,33 @@ def load_json(data: bytes, source: str) -> Any:
         raise InputError([f"{source}: nested too deeply to read; a round nests a few levels"]) from None
 
 
-def parse_round_input(raw: Any) -> RoundInput:
-    """Validate a JSON-like dict and build the RoundInput; InputError lists every problem."""
-    ck = Checker()
+def parse_round_input(raw: Any, overrides: Mapping[str, Any] | None = None) -> RoundInput:
+    """A round checked field by field and built as a RoundInput; InputError lists every problem.
+
+    Parameters
+    ----------
+    raw
+        The round: its JSON (a dict as json.loads reads it), or a RoundInput. A RoundInput is
+        read through its fields, never turned into JSON: both forms pass the same rules and
+        get the same messages (`jobs[3].batch.max_local_bsz: ...`).
+    overrides
+        Settings fields in their JSON form (solve_round's keywords, the CLI's flags) that replace
+        the round's own, checked as its fields are.
+    """
+    if isinstance(raw, RoundInput):
+        return _parse_round(DataChecker({"settings": overrides or {}}), raw)
+    return _parse_round(Checker(), _with_overrides(raw, overrides) if overrides else raw)
+
+
+def _with_overrides(raw: Any, overrides: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The round's JSON with `overrides` in place of its settings' own fields."""
+    if not isinstance(raw, Mapping):
+        raise InputError([f"round: must be an object, got {type(raw).__name__}"])
+    settings = raw.get("settings", {})
+    return {**raw, "settings": {**(settings if isinstance(settings, Mapping) else {}), **overrides}}
+
+
+def _parse_round(ck: Checker, raw: Any) -> RoundInput:
     raw = ck.mapping(raw, "round", "round")
     cluster = _parse_cluster(ck, raw.get("cluster"))
     jobs: list[JobSpec] = []
@@ -93,7 +119,7 @@ def _parse_slowdown(ck: Checker, raw: Any, where: str, gpus: int) -> dict[str, t
     out = {}
     for app_class, factors in raw.items():
         w = f"{where}.{app_class}"
-        if not isinstance(factors, list) or len(factors) != gpus:
+        if not ck.is_list(factors) or len(factors) != gpus:
             ck.bad(w, f"must list one factor per GPU ({gpus}), e.g. [1.0, 1.0, 1.3, 1.0]")
             continue
         values = [ck.number({f"[{k}]": f}, f"[{k}]", w, 1.0, positive=True, maximum=MAX_SLOWDOWN) for k, f in enumerate(factors)]
@@ -125,7 +151,7 @@ def _parse_topology(ck: Checker, raw: Any, node_ids: list[str]) -> Topology | No
         rr = ck.mapping(rr, w, "rack")
         rack_id = rr.get("id", f"r{i}")
         members = rr.get("nodes")
-        if not isinstance(members, list) or not all(isinstance(n, str) for n in members):
+        if not ck.is_list(members) or not all(isinstance(n, str) for n in members):
             ck.bad(f"{w}.nodes", "must be a list of node ids")
             continue
         for n in members:
