@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 from schedlab.errors import DecodeError, InputError, SchedlabError, VerificationError
 from schedlab.formulations import FORMULATIONS
 from schedlab.formulations.base import CustomizedModel
-from schedlab.io import parse_round_input, round_input_to_dict
+from schedlab.io import parse_round_input
 from schedlab.milp import FAILED, OneRoundModel, RoundModel, SolveOutcome
 from schedlab.partition import auto_partitions, solve_partitioned
 from schedlab.solvers.registry import solver as get_solver
@@ -30,18 +30,6 @@ if TYPE_CHECKING:
     import pyomo.environ as pyo
 
 FALLBACK = Status.FALLBACK
-
-
-def _as_round_input(round_input: RoundInput | Mapping[str, Any], overrides: Mapping[str, Any]) -> RoundInput:
-    """Dataclass inputs and keyword overrides are validated through the JSON form: one code path
-    for every error (a time_limit_s=-1 override is rejected as the same field in JSON is)."""
-    raw = round_input_to_dict(round_input) if isinstance(round_input, RoundInput) else round_input
-    if overrides:
-        if not isinstance(raw, Mapping):
-            raise InputError([f"round: must be an object, got {type(raw).__name__}"])
-        settings = raw.get("settings", {})
-        raw = {**raw, "settings": {**(settings if isinstance(settings, Mapping) else {}), **overrides}}
-    return parse_round_input(raw)
 
 
 def solve_round(round_input: RoundInput | Mapping[str, Any], *, solver: str | None = None,
@@ -67,7 +55,7 @@ def solve_round(round_input: RoundInput | Mapping[str, Any], *, solver: str | No
     overrides = {k: v for k, v in {"solver": solver, "time_limit_s": time_limit_s, "mip_gap": mip_gap,
                                     "formulation": formulation, "partitions": partitions,
                                     "solver_options": solver_options}.items() if v is not None}
-    ri = _as_round_input(round_input, overrides)
+    ri = parse_round_input(round_input, overrides)  # keyword overrides are checked as the JSON's fields are
     if customize is not None:
         if auto_partitions(ri) > 1:
             raise InputError(["settings.partitions: a customized round is solved whole; set partitions to 1"])
@@ -88,7 +76,7 @@ def build_model(round_input: RoundInput | Mapping[str, Any], *, formulation: str
     io_options={"symbolic_solver_labels": True})`): the formulation module's sets, parameters,
     variables and constraints under the docstring's names; goodput's x is indexed by (job id,
     option). Validated as solve_round validates."""
-    ri = _as_round_input(round_input, {"formulation": formulation} if formulation else {})
+    ri = parse_round_input(round_input, {"formulation": formulation} if formulation else None)
     return _one_model(FORMULATIONS[ri.settings.formulation](ri), ri).pyomo()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -14,7 +15,14 @@ import pytest
 from conftest import needs_pyomo_solver
 
 import schedlab
-from schedlab import InputError, parse_round_input, round_input_to_dict, round_result_to_dict, solve_round
+from schedlab import (
+    InputError,
+    build_model,
+    parse_round_input,
+    round_input_to_dict,
+    round_result_to_dict,
+    solve_round,
+)
 from schedlab.bench import random_round
 from schedlab.milp import FAILED, SolveOutcome
 from schedlab.solvers.registry import SOLVERS
@@ -55,6 +63,34 @@ def test_dataclass_and_json_inputs_give_the_same_answer():
     assert parse_round_input(round_input_to_dict(ri)) == ri
     a, b = solve_round(ri), solve_round(round_input_to_dict(ri))
     assert a.allocations == b.allocations and a.objective == pytest.approx(b.objective)
+
+
+def test_a_round_input_with_bad_values_gets_the_error_its_json_gets():
+    ri = parse_round_input(_example())
+    job = ri.jobs[3]
+    bad = dataclasses.replace(ri, jobs=(*ri.jobs[:3], dataclasses.replace(job, batch=dataclasses.replace(
+        job.batch, max_local_bsz=-4)), *ri.jobs[4:]), settings=dataclasses.replace(ri.settings, time_limit_s=0.0))
+    with pytest.raises(InputError) as as_data:
+        solve_round(bad)
+    with pytest.raises(InputError) as as_json:
+        solve_round(round_input_to_dict(bad))
+    assert str(as_data.value) == str(as_json.value)
+    assert as_data.value.problems[0].startswith("jobs[3].batch.max_local_bsz: must be >= 1, got -4")
+    assert as_data.value.problems[-1] == "settings.time_limit_s: must be > 0, got 0.0"
+
+
+def test_a_round_input_is_checked_without_being_turned_into_json(monkeypatch):
+    def refuse(*args):
+        raise AssertionError("a RoundInput was turned into JSON to be checked")
+
+    ri = parse_round_input(_example())
+    for name in ("schedlab.io.round_input_to_dict", "schedlab.io.encode.round_input_to_dict",
+                 "schedlab.io.encode.cluster_to_dict"):
+        monkeypatch.setattr(name, refuse)
+    assert solve_round(ri).verified
+    assert build_model(ri, formulation="goodput") is not None
+    with pytest.raises(InputError, match="settings.time_limit_s: must be > 0"):  # overrides too
+        solve_round(ri, time_limit_s=-1)
 
 
 def test_inline_profile_for_an_embedding_schedulers_own_model():
@@ -315,6 +351,17 @@ def test_solver_options_a_solver_rejects_are_input_errors_naming_them(solver, op
     with pytest.raises(InputError) as err:
         solve_round(_example(), solver=solver, solver_options=options)
     assert any(p.startswith(field) for p in err.value.problems), err.value.problems
+
+
+def test_a_solver_that_takes_no_options_is_named_by_its_registry_entry(monkeypatch):
+    # the refusal is the entry's declared capability, not a check of the solver's name
+    race = dataclasses.replace(SOLVERS["portfolio"], options_refused="race runs three solvers")
+    monkeypatch.setitem(SOLVERS, "race", race)
+    with pytest.raises(InputError) as err:
+        solve_round(_example(), solver="race", solver_options={"mip_rel_gap": 0.0})
+    assert err.value.problems == ["settings.solver_options: race runs three solvers: set settings.solver to the one "
+                                  "the options are for"]
+    assert solve_round(_example(), solver="race").verified
 
 
 def test_solver_options_survive_the_json_round_trip():

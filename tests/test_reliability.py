@@ -4,12 +4,14 @@ field and the fix, never a traceback, a hang or a wrong accept."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import re
 import subprocess
 import sys
 import warnings
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +20,7 @@ import pytest
 
 from schedlab import InputError, solve_round
 from schedlab.bench import capacity_violations, run_mutated, run_valid, valid_round
-from schedlab.io import MAX_GPUS_PER_NODE, MAX_JOBS, load_json
+from schedlab.io import MAX_GPUS_PER_NODE, MAX_JOBS, load_json, parse_round_input, round_input_to_dict
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "round-16x4.json"
 
@@ -297,6 +299,58 @@ def test_every_number_out_of_its_schema_range_is_named(path, spec):
         raw = _full_round()
         _set(raw, path, bad)
         assert any(p.startswith(f"{path}:") for p in _problems(raw)), (path, bad)
+
+
+def _dataclass_numbers(value, path: tuple = (), field: tuple = ()):
+    """(path, field) of every number in a round's dataclasses: the path as field names, keys and
+    indices, the field as its names only (the same for each job's, node's or GPU type's)."""
+    if dataclasses.is_dataclass(value):
+        for f in dataclasses.fields(value):
+            yield from _dataclass_numbers(getattr(value, f.name), (*path, f.name), (*field, f.name))
+    elif isinstance(value, (Mapping, tuple)):
+        for key in (value if isinstance(value, Mapping) else range(len(value))):
+            yield from _dataclass_numbers(value[key], (*path, key), field)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        yield path, field
+
+
+def _replaced(value, path: tuple, new):
+    """`value` with the item at `path` (field names, keys, indices) replaced by `new`."""
+    if not path:
+        return new
+    head, rest = path[0], path[1:]
+    if dataclasses.is_dataclass(value):
+        return replace(value, **{head: _replaced(getattr(value, head), rest, new)})
+    if isinstance(value, Mapping):
+        return {**value, head: _replaced(value[head], rest, new)}
+    return (*value[:head], _replaced(value[head], rest, new), *value[head + 1:])
+
+
+def _checked(raw):
+    """What the parser makes of a round: its problems, or the RoundInput it builds."""
+    try:
+        return parse_round_input(raw)
+    except InputError as exc:
+        return exc.problems
+
+
+def _each_dataclass_field_once() -> list:
+    seen: dict = {}
+    for path, field in _dataclass_numbers(parse_round_input(_full_round())):
+        seen.setdefault(field, path)
+    return list(seen.values())
+
+
+@pytest.mark.parametrize("path", _each_dataclass_field_once(), ids=lambda path: ".".join(map(str, path)))
+def test_a_round_as_dataclasses_is_checked_as_its_json_is(path):
+    # A RoundInput is checked through its fields, not through its JSON: every number of it, bad or
+    # not, gets what the same round as JSON gets, the same messages in the same order.
+    ri = parse_round_input(_full_round())
+    for value in (math.nan, 10**20, -1.5, 3.5, True):
+        bad = _replaced(ri, path, value)
+        as_data = _checked(bad)
+        assert as_data == _checked(round_input_to_dict(bad)), (path, value)
+        assert isinstance(as_data, list) or value in (-1.5, 3.5), (path, value)  # NaN, huge, a bool: refused
 
 
 def _edges(spec: dict) -> list:

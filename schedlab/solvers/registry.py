@@ -16,9 +16,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Protocol
 
 from schedlab.errors import SolverError
-from schedlab.milp import MilpModel, SolveOutcome, Solver, set_start
+from schedlab.milp import MilpModel, SolveOutcome, set_start
 from schedlab.solvers.cpsat import solve_cpsat
 from schedlab.solvers.highs_direct import solve_highs
 from schedlab.solvers.portfolio import solve_portfolio
@@ -29,16 +30,21 @@ from schedlab.state import Settings
 @dataclass(frozen=True)
 class ArraySolver:
     """Solves the model's arrays (MilpArrays) with `solve(arrays, time_limit_s, mip_gap, seed)`,
-    passing the settings named in `extra` as keywords (e.g. highs's lp_first)."""
+    passing the settings named in `extra` as keywords (e.g. highs's lp_first), and
+    settings.solver_options as `solver_options=` unless `options_refused` says why it takes none
+    (the InputError of a round that gives it some)."""
 
     solve: Callable[..., SolveOutcome]
     extra: tuple[str, ...] = ()
+    options_refused: str = ""
 
     def __call__(self, model: MilpModel, s: Settings) -> tuple[SolveOutcome, float]:
         t0 = time.perf_counter()
         arrays = model.arrays()
         build_s = time.perf_counter() - t0
         extra = {name: getattr(s, name) for name in self.extra}
+        if not self.options_refused:
+            extra["solver_options"] = s.solver_options
         left_s = max(s.time_limit_s - build_s, 1e-3)  # the limit covers building the arrays too
         return self.solve(arrays, left_s, s.mip_gap, s.seed, **extra), build_s
 
@@ -48,10 +54,11 @@ class PyomoSolver:
     """Solves the model's Pyomo form, warm-started from the model's start point, with the
     function `backend` of solvers.pyomo_backend, `solve(pyomo_model, time_limit_s, mip_gap,
     warm_start, options)`, passing `solver=` when given. pyomo_backend is imported on the first call, so
-    rounds solved from arrays never load Pyomo."""
+    rounds solved from arrays never load Pyomo. Every Pyomo solver takes settings.solver_options."""
 
     backend: str
     solver: str | None = None
+    options_refused: str = ""
 
     def __call__(self, model: MilpModel, s: Settings) -> tuple[SolveOutcome, float]:
         from schedlab.solvers import pyomo_backend
@@ -69,10 +76,22 @@ class PyomoSolver:
                      options=s.solver_options), build_s
 
 
-SOLVERS: dict[str, Solver] = {
-    "highs": ArraySolver(solve_highs, extra=("lp_first", "solver_options")),
-    "cpsat": ArraySolver(solve_cpsat, extra=("solver_options",)),
-    "portfolio": ArraySolver(solve_portfolio, extra=("lp_first",)),
+class SolverEntry(Protocol):
+    """A registry entry: solves a RoundModel under the round's settings, returning the outcome and
+    the seconds spent building what it solved; `options_refused` is why it takes no
+    settings.solver_options ("" where it takes them)."""
+
+    @property
+    def options_refused(self) -> str: ...
+
+    def __call__(self, model: MilpModel, s: Settings) -> tuple[SolveOutcome, float]: ...
+
+
+SOLVERS: dict[str, SolverEntry] = {
+    "highs": ArraySolver(solve_highs, extra=("lp_first",)),
+    "cpsat": ArraySolver(solve_cpsat),
+    "portfolio": ArraySolver(solve_portfolio, extra=("lp_first",),
+                             options_refused="portfolio runs two solvers (highs and cpsat)"),
     "appsi_highs": PyomoSolver("solve_appsi_highs"),
     **{name: PyomoSolver("solve_legacy", name) for name in LEGACY_OPTIONS},
 }
@@ -82,7 +101,7 @@ def array_solver_names() -> tuple[str, ...]:
     return tuple(n for n, e in SOLVERS.items() if isinstance(e, ArraySolver))
 
 
-def solver(name: str) -> Solver:
+def solver(name: str) -> SolverEntry:
     if name not in SOLVERS:
         raise SolverError(f"unknown solver {name!r}; use one of {', '.join(SOLVERS)}")
     return SOLVERS[name]

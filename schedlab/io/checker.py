@@ -1,0 +1,271 @@
+"""The checker a round's fields pass through: it reads each value, holds numbers to their schema
+range, and collects every problem under its field's path (`jobs[3].batch.max_local_bsz`), so
+that one InputError names them all.
+
+A round comes in one of two forms, and the same rules read both: its JSON (Checker), or its
+dataclasses (DataChecker), each object read through its fields as the JSON object of its kind
+(Fields) rather than turned into JSON first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import reprlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, NamedTuple, TypeGuard
+
+from schedlab.io.schema import FIELD_ACCEPT, FIELD_RULES, MAX_ID_CHARS, SCHEMA_KEYS
+from schedlab.state import (
+    BatchLimits,
+    Cluster,
+    FreezePenalty,
+    FreezeSpec,
+    GpuRef,
+    GradStats,
+    JobSpec,
+    LayerGroup,
+    Node,
+    Rack,
+    RoundInput,
+    Settings,
+    ThroughputParams,
+    Topology,
+)
+
+__all__ = ["CLASSES", "Checker", "DataChecker", "Fields", "is_id", "number_problem", "show"]
+
+_shown = reprlib.Repr()
+_shown.maxstring, _shown.maxother, _shown.maxlevel = 60, 60, 3
+
+
+def is_id(value: Any) -> TypeGuard[str]:
+    """Whether `value` is a usable id: a non-empty string of at most MAX_ID_CHARS characters."""
+    return isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS
+
+
+def show(value: Any) -> str:
+    """A bad value as an error message quotes it: shortened (a 50 MB string is not echoed back)
+    and depth-limited (a deeply nested value cannot recurse)."""
+    return _shown.repr(value)
+
+
+def number_problem(v: Any, minimum: float | None, positive: bool, integer: bool, maximum: float | None) -> str | None:
+    """What is wrong with v as a number of these bounds, or None."""
+    kind = type(v)
+    if kind is bool or not isinstance(v, (int, float)):
+        return f"must be {'an integer' if integer else 'a number'}, got {show(v)}"
+    if kind is not int and not math.isfinite(v):
+        return f"must be a finite number, got {v!r}"
+    if (kind is int or integer) and abs(v) > 2**53:  # a float too: 1e300 is "whole"
+        digits = f"{len(str(abs(v)))}" if abs(v) < 10**4000 else "over 4,000"  # str() stops at 4,300 digits
+        return f"must be at most 2**53 in size, got {f'an integer of {digits} digits' if kind is int else show(v)}"
+    if integer and v != int(v):
+        return f"must be a whole number, got {show(v)}"
+    if positive and v <= 0:
+        return f"must be > 0, got {show(v)}"
+    if minimum is not None and v < minimum:
+        return f"must be >= {minimum}, got {show(v)}"
+    if maximum is not None and v > maximum:
+        return f"must be <= {maximum:g}, got {show(v)}"
+    return None
+
+
+class Checker:
+    """Collects problems; each getter returns a usable default so parsing can go on."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+        self.layer_groups: dict[tuple, tuple[LayerGroup, ...]] = {}  # valid groups by their raw values
+
+    def bad(self, where: str, what: str) -> None:
+        """Record that the field at `where` is bad, and `what` to do about it."""
+        self.problems.append(f"{where}: {what}")
+
+    def number(self, d: Mapping, key: str, where: str, default=None, minimum: float | None = None,
+               positive: bool = False, integer: bool = False, required: bool = False, maximum: float | None = None):
+        """d[key] as a number within these bounds (an int where `integer`, else a float), or
+        `default` where it is absent or bad."""
+        v = d.get(key)
+        if v is None:
+            if required:
+                self.bad(f"{where}.{key}", "is required")
+            return default
+        problem = number_problem(v, minimum, positive, integer, maximum)
+        if problem is None:
+            return int(v) if integer else float(v)
+        self.bad(key if where == "round" else f"{where}{key}" if key.startswith("[") else f"{where}.{key}", problem)
+        return default
+
+    def field(self, d: Mapping, kind: str, key: str, where: str, default=None, required: bool = False):
+        """A number of an object of `kind`, checked against its schema's type and range."""
+        v = d.get(key)
+        accept = FIELD_ACCEPT[kind][key]
+        if type(v) is float:
+            if accept.float_lo <= v <= accept.float_hi and (v > 0 or not accept.positive):
+                return v
+        elif type(v) is int and accept.int_lo <= v <= accept.int_hi and (v > 0 or not accept.positive):
+            return v if accept.integer else float(v)
+        elif v is None and not required:
+            return default
+        return self.number(d, key, where, default, required=required, **FIELD_RULES[kind][key])
+
+    def flag(self, d: Mapping, key: str, where: str, default: bool) -> bool:
+        """d[key] as true or false, or `default` where it is absent or bad."""
+        v = d.get(key, default)
+        if not isinstance(v, bool):
+            self.bad(f"{where}.{key}", f"must be true or false, got {show(v)}")
+            return default
+        return v
+
+    def mapping(self, d: Any, where: str, kind: str | None = None) -> Mapping:
+        """d if it is an object (else {}); with `kind`, its keys are checked against the schema's."""
+        if not isinstance(d, Mapping):
+            self.bad(where, f"must be an object, got {type(d).__name__}")
+            return {}
+        if kind is not None:
+            self.known(d, kind, where)
+        return d
+
+    def known(self, d: Mapping, kind: str, where: str) -> None:
+        """Name each key of d that the schema's object of `kind` does not have, with the closest it has."""
+        allowed = SCHEMA_KEYS[kind]
+        if allowed.issuperset(d):
+            return
+        for key in d:
+            if key not in allowed:
+                close = difflib.get_close_matches(str(key), allowed, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                name = key if isinstance(key, str) and len(key) <= 60 else show(key)
+                self.bad(f"{where}.{name}" if where != "round" else name,
+                         f"unknown key; {hint}use {', '.join(sorted(allowed))}")
+
+    def sequence(self, d: Mapping, key: str, where: str) -> list | tuple:
+        """d[key] if it is a list (absent: empty), else [] and a problem."""
+        v = d.get(key, [])
+        if not self.is_list(v):
+            self.bad(f"{where}.{key}", f"must be a list, got {type(v).__name__}")
+            return []
+        return v
+
+    def is_list(self, v: Any) -> TypeGuard[list | tuple]:
+        """Whether v is a list in this form of a round (in JSON, a list)."""
+        return isinstance(v, list)
+
+    def plain(self, raw: Any, kind: str) -> Mapping | None:
+        """raw's fields where raw is the plain form of an object of `kind` (in JSON, a dict), for
+        the fast paths of common objects; None where it needs the full checks."""
+        return raw if type(raw) is dict else None
+
+
+# Each kind of object of a round (schema.SCHEMA_KEYS) as its dataclass.
+CLASSES: dict[str, type] = {
+    "round": RoundInput, "cluster": Cluster, "node": Node, "topology": Topology, "rack": Rack, "job": JobSpec,
+    "grad_stats": GradStats, "batch": BatchLimits, "settings": Settings, "freezing": FreezeSpec,
+    "group": LayerGroup, "penalty": FreezePenalty, "gpu": GpuRef, "params": ThroughputParams,
+}
+_RENAMED: dict[tuple[type, str], str] = {(JobSpec, "throughput"): "throughput_params"}  # (class, field) -> its JSON key
+
+
+def _options_object(pairs: Any) -> Any:
+    """Settings.solver_options, (name, value) pairs, as the JSON object they stand for; what is
+    not pairs stays as it is, for the checker to refuse."""
+    try:
+        return dict(pairs) if pairs else {}
+    except (TypeError, ValueError):
+        return pairs
+
+
+_READ_AS_JSON: dict[tuple[type, str], Callable[[Any], Any]] = {(Settings, "solver_options"): _options_object}
+
+
+class _Field(NamedTuple):
+    """How a JSON key reads its dataclass field."""
+
+    attr: str
+    optional: bool  # None reads as absent, as the JSON form leaves the key out
+    as_json: Callable[[Any], Any] | None  # the value in its JSON form, where that differs
+
+
+def _json_fields(cls: type) -> dict[str, _Field]:
+    """Each JSON key of a round's dataclass, and how it reads its field."""
+    return {_RENAMED.get((cls, f.name), f.name): _Field(f.name, f.default is None, _READ_AS_JSON.get((cls, f.name)))
+            for f in dataclasses.fields(cls)}
+
+
+_JSON_FIELDS = {cls: _json_fields(cls) for cls in CLASSES.values()}
+
+
+_ABSENT = object()
+
+
+class Fields(Mapping[str, Any]):
+    """`obj`, an instance of a round's dataclass `cls`, read as the JSON object of its kind,
+    nothing copied: each field under its JSON key (JobSpec.throughput as throughput_params), an
+    optional field that is None absent, and `replaced` (JSON values) in place of the fields they
+    name."""
+
+    __slots__ = ("_obj", "_fields", "_replaced")
+
+    def __init__(self, obj: Any, cls: type, replaced: Mapping[str, Any] | None = None) -> None:
+        self._obj, self._fields, self._replaced = obj, _JSON_FIELDS[cls], replaced or {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value under JSON key `key`, or `default` where the object has none."""
+        if key in self._replaced:
+            return self._replaced[key]
+        field = self._fields.get(key)
+        if field is None:
+            return default
+        value = getattr(self._obj, field.attr)
+        if value is None and field.optional:
+            return default
+        return value if field.as_json is None else field.as_json(value)
+
+    def __getitem__(self, key: str) -> Any:
+        value = self.get(key, _ABSENT)
+        if value is _ABSENT:
+            raise KeyError(key)
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key, _ABSENT) is not _ABSENT
+
+    def __iter__(self) -> Iterator[str]:
+        return (key for key in {**self._fields, **self._replaced} if key in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class DataChecker(Checker):
+    """The checker of a round given as its dataclasses (a RoundInput): each object is read
+    through its Fields, a tuple is a list, and `replaced` ({kind: {key: JSON value}}, e.g.
+    solve_round's keywords for "settings") replaces fields of the objects of that kind."""
+
+    def __init__(self, replaced: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        super().__init__()
+        self.replaced = replaced or {}
+
+    def mapping(self, d: Any, where: str, kind: str | None = None) -> Mapping:
+        """d's Fields if it is the dataclass of `kind` (else {} and a problem); without `kind`, d
+        if it is a mapping (a node's slowdown, a job's throughput parameters by GPU type)."""
+        if kind is None:
+            return super().mapping(d, where)
+        cls = CLASSES[kind]
+        if not isinstance(d, cls):
+            self.bad(where, f"must be a {cls.__name__}, got {type(d).__name__}")
+            return {}
+        replaced = self.replaced.get(kind)
+        if replaced:
+            self.known(replaced, kind, where)
+        return Fields(d, cls, replaced)
+
+    def is_list(self, v: Any) -> TypeGuard[list | tuple]:
+        """Whether v is a list or a tuple (the dataclasses' lists)."""
+        return isinstance(v, (list, tuple))
+
+    def plain(self, raw: Any, kind: str) -> Mapping | None:
+        """raw's fields where raw is exactly the dataclass of `kind`, else None."""
+        return vars(raw) if type(raw) is CLASSES[kind] else None

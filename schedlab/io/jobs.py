@@ -1,0 +1,241 @@
+"""A round's jobs from their JSON: throughput parameters, batch limits, layer freezing, and the
+GPUs the running ones hold, each field checked as the schema and the models need it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from schedlab.io.checker import Checker, is_id, show
+from schedlab.io.schema import BATCH_NAMES, FIELD_ACCEPT, MAX_ID_CHARS, PARAM_NAMES, PENALTY_NAMES
+from schedlab.models.freezing import PROFILES as LAYER_PROFILES
+from schedlab.models.freezing import layer_profile
+from schedlab.models.profiles import shipped_profiles
+from schedlab.state import (
+    BatchLimits,
+    Cluster,
+    FreezePenalty,
+    FreezeSpec,
+    GpuRef,
+    GradStats,
+    JobSpec,
+    LayerGroup,
+    ThroughputParams,
+)
+
+__all__ = ["check_current_gpus", "parse_job"]
+
+
+def _parse_params(ck: Checker, raw: Any, where: str) -> ThroughputParams | None:
+    raw = ck.mapping(raw, where, "params")
+    # seconds (alpha) and seconds per example or GPU (beta), within the schema's range; gamma's
+    # range is checked below, with what it means
+    values = [ck.number(raw, k, where, minimum=0.0, required=True) if k == "gamma"
+              else ck.field(raw, "params", k, where, required=True) for k in PARAM_NAMES]
+    if any(v is None for v in values):
+        return None
+    if not 1.0 <= values[-1] <= 10.0:
+        ck.bad(f"{where}.gamma", f"must be in Pollux's [1, 10] (how compute and sync overlap: 1 not at all, "
+               f"large fully), got {values[-1]}")
+        return None
+    return ThroughputParams(*values)
+
+
+def _parse_throughput(ck: Checker, raw: Any, where: str, gpu_types: frozenset[str]) -> dict[str, ThroughputParams]:
+    """Either one parameter set for every GPU type, or {gpu_type: parameter set}."""
+    raw = ck.mapping(raw, where)
+    if set(raw) & set(PARAM_NAMES):
+        p = _parse_params(ck, raw, where)
+        return {t: p for t in gpu_types} if p else {}
+    out = {t: _parse_params(ck, v, f"{where}.{t}") for t, v in raw.items()}
+    return {t: p for t, p in out.items() if p}
+
+
+def parse_job(ck: Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | None:
+    """The round's job `i` (its fields checked against `cluster`), or None where it has no usable
+    id or no model (an application, or its parameters inline); problems go to `ck`."""
+    where = f"jobs[{i}]"
+    raw = ck.mapping(raw, where, "job")
+    job_id = raw.get("id")
+    if not is_id(job_id):
+        ck.bad(f"{where}.id", f"must be a non-empty string of at most {MAX_ID_CHARS} characters, got {show(job_id)}")
+        return None
+    gpu_types = cluster.gpu_types
+    app = raw.get("application")
+    profile = None
+    if app is not None:
+        profile = shipped_profiles().get(app) if isinstance(app, str) else None
+        if profile is None:
+            ck.bad(f"{where}.application", f"unknown application {show(app)}; use one of "
+                   f"{', '.join(sorted(shipped_profiles()))}, or give throughput_params, grad_stats and batch inline")
+            return None
+    elif not all(k in raw for k in ("throughput_params", "grad_stats", "batch")):
+        ck.bad(where, "needs an application name, or throughput_params, grad_stats and batch inline")
+        return None
+
+    throughput = ({t: profile.params for t in gpu_types} if profile and "throughput_params" not in raw
+                  else _parse_throughput(ck, raw.get("throughput_params"), f"{where}.throughput_params", gpu_types))
+    if "grad_stats" in raw:
+        g = ck.mapping(raw["grad_stats"], f"{where}.grad_stats", "grad_stats")
+        grad = GradStats(*(ck.field(g, "grad_stats", k, f"{where}.grad_stats", 0.0, required=True)
+                           for k in ("sqr", "var")))
+    else:
+        assert profile is not None, "checked above: an application or all three inline"
+        grad = profile.grad_stats
+    if "batch" in raw:
+        b = ck.mapping(raw["batch"], f"{where}.batch", "batch")
+        vals = [ck.field(b, "batch", k, f"{where}.batch", 1, required=True) for k in BATCH_NAMES]
+        batch = BatchLimits(*vals)
+        if batch.min_local_bsz > batch.max_local_bsz or batch.init_bsz > batch.max_bsz:
+            ck.bad(f"{where}.batch", "needs min_local_bsz <= max_local_bsz and init_bsz <= max_bsz")
+        elif batch.min_local_bsz > batch.max_bsz:
+            ck.bad(f"{where}.batch", f"min_local_bsz {batch.min_local_bsz} is above max_bsz {batch.max_bsz}: no GPU "
+                   "count can run it; lower min_local_bsz or raise max_bsz")
+    else:
+        assert profile is not None, "checked above: an application or all three inline"
+        batch = profile.batch
+
+    total = cluster.total_gpus  # 0: every node drained, a valid round in which no job runs
+    default_max = min(max(batch.max_bsz // batch.min_local_bsz, 1), total) or 1
+    min_gpus = ck.field(raw, "job", "min_gpus", where, 1)
+    max_gpus = ck.field(raw, "job", "max_gpus", where, default_max)
+    if min_gpus > total > 0:
+        ck.bad(f"{where}.min_gpus", f"{min_gpus} exceeds the cluster's {total} GPUs; lower it or add nodes")
+    if max_gpus < min_gpus:
+        ck.bad(f"{where}.max_gpus", f"{max_gpus} is below min_gpus {min_gpus}; raise max_gpus")
+    current = []
+    gpu_index = FIELD_ACCEPT["gpu"]["gpu"]
+    for k, rg in enumerate(ck.sequence(raw, "current_gpus", where)):
+        fields = ck.plain(rg, "gpu")
+        if (fields is not None and len(fields) == 2 and type(node := fields.get("node")) is str
+                and type(gpu := fields.get("gpu")) is int and gpu_index.int_lo <= gpu <= gpu_index.int_hi):
+            current.append(GpuRef(node, gpu))  # the common case, checked whole; the rest below
+            continue
+        gw = f"{where}.current_gpus[{k}]"
+        rg = ck.mapping(rg, gw, "gpu")
+        node, gpu = rg.get("node"), ck.field(rg, "gpu", "gpu", gw, 0, required=True)
+        if not isinstance(node, str):
+            ck.bad(f"{gw}.node", f"must be a node id string, got {show(node)}")
+            continue
+        current.append(GpuRef(node, gpu))
+    fixed = ck.field(raw, "job", "fixed_bsz", where, None)
+    return JobSpec(
+        id=job_id, throughput=throughput, grad_stats=grad, batch=batch,
+        min_gpus=min_gpus, max_gpus=max_gpus, current_gpus=tuple(current),
+        age_s=ck.field(raw, "job", "age_s", where, 0.0),
+        num_restarts=ck.field(raw, "job", "num_restarts", where, 0),
+        fixed_bsz=fixed, restart_cost_s=ck.field(raw, "job", "restart_cost_s", where, None),
+        application=app,
+        requested_gpus=ck.field(raw, "job", "requested_gpus", where, None),
+        requested_bsz=ck.field(raw, "job", "requested_bsz", where, None),
+        attained_service_gpu_s=ck.field(raw, "job", "attained_service_gpu_s", where, 0.0),
+        remaining_steps=ck.field(raw, "job", "remaining_steps", where, None),
+        freezing=_parse_freezing(ck, raw["freezing"], f"{where}.freezing", app) if "freezing" in raw else None,
+        app_class=_parse_app_class(ck, raw.get("app_class"), f"{where}.app_class"),
+    )
+
+
+def _parse_app_class(ck: Checker, raw: Any, where: str) -> str | None:
+    if raw is not None and not is_id(raw):
+        ck.bad(where, f"must be a class name such as \"classA\" (the cluster's slowdown keys), got {show(raw)}")
+        return None
+    return raw
+
+
+def _groups_key(ck: Checker, raw: Any) -> tuple | None:
+    """Raw layer groups as a hashable key, or None where they are not plain (a bool would equal
+    1 in a key, and odd values get their own messages)."""
+    if not ck.is_list(raw) or len(raw) > 1024:
+        return None
+    key = []
+    for rg in raw:
+        fields = ck.plain(rg, "group")
+        if fields is None:
+            return None
+        items = tuple(sorted(fields.items()))
+        if any(type(v) not in (int, float, str) for _, v in items):
+            return None
+        key.append(items)
+    return tuple(key)
+
+
+def _parse_groups(ck: Checker, raw: Mapping, where: str, app: str | None) -> tuple[LayerGroup, ...]:
+    if "groups" in raw:
+        key = _groups_key(ck, raw["groups"])
+        if key in ck.layer_groups:  # the jobs of one model share a profile: parsed and checked once
+            return ck.layer_groups[key]
+        found = len(ck.problems)
+        groups = []
+        for k, rg in enumerate(ck.sequence(raw, "groups", where)):
+            gw = f"{where}.groups[{k}]"
+            rg = ck.mapping(rg, gw, "group")
+            name = rg.get("name", f"group{k}")
+            groups.append(LayerGroup(str(name), *(ck.field(rg, "group", key, gw, 1.0, required=True)
+                                                   for key in ("forward", "backward", "params"))))
+        if len(groups) < 2:
+            ck.bad(f"{where}.groups", "needs at least 2 layer groups (the last one always trains)")
+        elif sum(g.backward for g in groups) <= 0 or sum(g.params for g in groups) <= 0:
+            ck.bad(f"{where}.groups", "need some backward cost and some parameters: freezing saves backward "
+                   "compute and all-reduce of parameters, and with none of either it changes nothing")
+        if key is not None and len(ck.problems) == found:
+            ck.layer_groups[key] = tuple(groups)
+        return tuple(groups)
+    profile = raw.get("profile", app)
+    if profile not in LAYER_PROFILES:
+        ck.bad(f"{where}.profile", f"unknown layer profile {show(profile)}; use one of {', '.join(sorted(LAYER_PROFILES))}, "
+               "or give groups [{forward, backward, params}, ...]")
+        return ()
+    return layer_profile(profile)
+
+
+def _parse_freezing(ck: Checker, raw: Any, where: str, app: str | None) -> FreezeSpec | None:
+    raw = ck.mapping(raw, where, "freezing")
+    groups = _parse_groups(ck, raw, where, app)
+    pen = ck.mapping(raw.get("penalty", {}), f"{where}.penalty", "penalty")
+    d = FreezePenalty()
+    penalty = FreezePenalty(*(ck.field(pen, "penalty", k, f"{where}.penalty", getattr(d, k)) for k in PENALTY_NAMES))
+    progress = ck.number(raw, "progress", where, 0.0, minimum=0.0, required=True)
+    if progress is not None and progress > 1.0:
+        ck.bad(f"{where}.progress", f"is the fraction of training done, in [0, 1]; got {show(progress)}")
+    top = len(groups) - 1
+    min_frozen = ck.field(raw, "freezing", "min_frozen", where, 0)
+    max_frozen = ck.field(raw, "freezing", "max_frozen", where, None)
+    if groups and (max_frozen if max_frozen is not None else top) > top:
+        ck.bad(f"{where}.max_frozen", f"{max_frozen} leaves no group training; use at most {top}")
+    if max_frozen is not None and min_frozen > max_frozen:
+        ck.bad(f"{where}.min_frozen", f"{min_frozen} is above max_frozen {max_frozen}; lower it")
+    if groups and min_frozen > top:
+        ck.bad(f"{where}.min_frozen", f"{min_frozen} leaves no group training; use at most {top}")
+    return FreezeSpec(
+        groups=groups, progress=progress,
+        total_steps=ck.field(raw, "freezing", "total_steps", where, 1.0, required=True),
+        budget_left=ck.field(raw, "freezing", "budget_left", where, 0.0, required=True),
+        min_frozen=min_frozen, max_frozen=max_frozen, penalty=penalty,
+    )
+
+
+def check_current_gpus(ck: Checker, jobs: list[JobSpec], cluster: Cluster) -> None:
+    """Name each GPU a running job holds that the cluster lacks or another job holds too, and a
+    job running on mixed GPU types or on a type it has no throughput parameters for."""
+    nodes = {n.id: n for n in cluster.nodes}
+    holder: dict[GpuRef, str] = {}
+    for i, job in enumerate(jobs):
+        types = set()
+        where = f"jobs[{i}].current_gpus"
+        for ref in job.current_gpus:
+            if ref.node not in nodes:
+                ck.bad(where, f"node {show(ref.node)} is not in the cluster")
+                continue
+            if ref.gpu >= nodes[ref.node].gpus:
+                ck.bad(where, f"GPU {ref.gpu} does not exist on node {show(ref.node)} ({nodes[ref.node].gpus} GPUs)")
+            if ref in holder:
+                ck.bad(where, f"GPU {ref.node}:{ref.gpu} is also held by job {show(holder[ref])}")
+            holder[ref] = job.id
+            types.add(nodes[ref.node].gpu_type)
+        if len(types) > 1:
+            ck.bad(f"jobs[{i}].current_gpus", f"mixes GPU types {sorted(types)}; a job runs on one type")
+        elif types and not types <= set(job.throughput):
+            ck.bad(f"jobs[{i}].current_gpus", f"runs on GPU type {show(min(types))}, for which the job has no "
+                   f"throughput_params (it has {', '.join(sorted(job.throughput)) or 'none'}); add them")
+
