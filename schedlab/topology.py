@@ -25,6 +25,9 @@ import networkx as nx
 from schedlab.errors import ConfigError
 from schedlab.state import Cluster, GpuRef, Rack, Topology
 
+__all__ = ["Locality", "cluster_graph", "gpu_id", "gpus", "load", "locality", "node_of", "rack_of", "save",
+           "spread_gbps", "topology_from_graph"]
+
 
 def gpu_id(node: int | str, gpu: int) -> str:
     """The graph's name of a GPU: ``gpu:`` and its id (GpuRef.key), e.g. ``gpu:n3/1``."""

@@ -28,6 +28,10 @@ from schedlab.state import BatchLimits, GradStats, ThroughputParams
 if TYPE_CHECKING:
     import pandas as pd
 
+__all__ = ["APPLICATIONS", "MAX_EPOCHS", "MAX_LOCAL_BSZ_OVERRIDE", "POLLUX_GPU_TYPE", "ApplicationProfile", "data_dir",
+           "fit_application", "measured_table", "profiles_path", "refit", "shipped_profiles", "table_fields",
+           "trace_dir", "validation_tables"]
+
 POLLUX_GPU_TYPE = "t4"  # the GPU type the artifact measured its tables on
 # Completion epochs and the yolov3 micro-batch cap are the artifact's (simulator/applications.py).
 MAX_EPOCHS = {"bert": 2, "cifar10": 100, "deepspeech2": 80, "imagenet": 90, "ncf": 10, "yolov3": 50}
