@@ -25,21 +25,39 @@ import networkx as nx
 from schedlab.errors import ConfigError
 from schedlab.state import Cluster, GpuRef, Rack, Topology
 
+__all__ = ["Locality", "cluster_graph", "gpu_id", "gpus", "load", "locality", "node_of", "rack_of", "save",
+           "spread_gbps", "topology_from_graph"]
+
 
 def gpu_id(node: int | str, gpu: int) -> str:
-    """The graph's name of a GPU: ``gpu:`` and its id (GpuRef.key)."""
+    """The graph's name of a GPU: ``gpu:`` and its id (GpuRef.key), e.g. ``gpu:n3/1``."""
     return f"gpu:{GpuRef(str(node), gpu).key}"
 
 
 def gpus(graph: nx.Graph) -> list[str]:
+    """Every GPU vertex of the graph (``kind == "gpu"``), in the graph's vertex order."""
     return [v for v, kind in graph.nodes(data="kind") if kind == "gpu"]
 
 
 def node_of(graph: nx.Graph, gpu: str) -> str:
+    """The node vertex (``node:N``) a GPU vertex hangs from.
+
+    Raises
+    ------
+    ConfigError
+        When no neighbour of `gpu` is of kind "node".
+    """
     return _parent(graph, gpu, "node")
 
 
 def rack_of(graph: nx.Graph, gpu: str) -> str:
+    """The rack vertex (``rack:R``) above a GPU vertex's node.
+
+    Raises
+    ------
+    ConfigError
+        When the GPU has no node above it, or its node no rack.
+    """
     return _parent(graph, node_of(graph, gpu), "rack")
 
 
@@ -52,13 +70,47 @@ def _parent(graph: nx.Graph, vertex: str, kind: str) -> str:
 
 @dataclass(frozen=True)
 class Locality:
+    """Where a GPU set lies in the tree: what `locality` derives from the graph.
+
+    Attributes
+    ----------
+    nodes, racks
+        The distinct nodes and racks its GPUs hang from.
+    bottleneck_gbps
+        The smallest link bandwidth (Gbit/s) on the tree paths joining its GPUs: the narrowest
+        link its collective traffic crosses.
+    """
+
     nodes: int
     racks: int
     bottleneck_gbps: float  # inf for one GPU
 
 
 def locality(graph: nx.Graph, gpu_set: Iterable[str]) -> Locality:
-    """Nodes and racks spanned and the bottleneck bandwidth joining the GPUs."""
+    """Nodes and racks spanned and the bottleneck bandwidth joining the GPUs.
+
+    The bottleneck is the smallest ``bandwidth_gbps`` on the union of the shortest (tree) paths
+    from the first GPU to every other: in a tree, the subtree joining the GPUs through their
+    lowest common ancestor (module docstring).
+
+    Parameters
+    ----------
+    graph
+        A topology graph (`cluster_graph`'s or `load`'s).
+    gpu_set
+        GPU vertices (``gpu:N/K``).
+
+    Returns
+    -------
+    Locality
+        Nodes, racks and bottleneck (Gbit/s). One GPU spans 1 node and 1 rack at an infinite
+        bottleneck (an empty set: 0, 0, inf).
+
+    Raises
+    ------
+    ConfigError
+        When a member is not a GPU vertex of `graph`.
+    """
     members = list(gpu_set)
     unknown = [v for v in members if graph.nodes.get(v, {}).get("kind") != "gpu"]
     if unknown:
@@ -72,10 +124,19 @@ def locality(graph: nx.Graph, gpu_set: Iterable[str]) -> Locality:
 
 
 def save(graph: nx.Graph, path: str | Path) -> None:
+    """Write the graph to `path` as networkx node-link JSON (edges under "links"), which `load` reads."""
     Path(path).write_text(json.dumps(nx.node_link_data(graph, edges="links"), indent=1))
 
 
 def load(path: str | Path) -> nx.Graph:
+    """Read a topology graph written by `save` (networkx node-link JSON, edges under "links").
+
+    Raises
+    ------
+    ConfigError
+        When the file cannot be read or parsed, or the graph has no "spine" vertex or no GPU
+        vertex (``kind == "gpu"``).
+    """
     try:
         data = json.loads(Path(path).read_text())
         graph = nx.node_link_graph(data, edges="links")
@@ -87,8 +148,13 @@ def load(path: str | Path) -> nx.Graph:
 
 
 def cluster_graph(cluster: Cluster) -> nx.Graph:
-    """The graph of a round's cluster: its racks (one rack for all nodes without a topology),
-    "node:<id>" vertices with their GPUs "gpu:<id>/<index>" (carrying their slowdown factors)."""
+    """The graph of a round's cluster, spine - rack - node - GPU, with link bandwidths.
+
+    Its racks are the topology's (one rack "r0" of every node without a topology), each joined
+    to the spine at its ``uplink_gbps``; "node:<id>" vertices under their rack at
+    ``Topology.node_gbps``; GPUs "gpu:<id>/<index>" under their node at ``Topology.gpu_gbps``,
+    each carrying ``slowdown`` = {class: factor} from Node.slowdown, and its node id and index.
+    """
     topo = cluster.topology or Topology(racks=(Rack("r0", tuple(n.id for n in cluster.nodes)),))
     g = nx.Graph()
     g.add_node("spine", kind="spine")
@@ -108,9 +174,27 @@ def cluster_graph(cluster: Cluster) -> nx.Graph:
 
 
 def topology_from_graph(data: Mapping, node_ids: list[str], across_node_factor: float = 1.0) -> Topology:
-    """The compact topology of a networkx node-link graph whose "node:<id>" vertices are the
-    cluster's nodes, each under one "rack" vertex under the "spine". Per-link bandwidths are
-    kept per rack (its uplink); node and GPU links take the graph's smallest (raises ValueError)."""
+    """The compact topology (state.Topology) of a networkx node-link graph.
+
+    The graph's "node:<id>" vertices are the cluster's nodes, each under one "rack" vertex
+    under the "spine". Per-link bandwidths are kept per rack (its uplink); the node and GPU
+    links take the graph's smallest of each (the Topology defaults where it has none).
+
+    Parameters
+    ----------
+    data
+        The graph as node-link data (edges under "links").
+    node_ids
+        The cluster's node ids, every one of which must be under a rack.
+    across_node_factor
+        PAL's flat locality penalty, kept as given.
+
+    Raises
+    ------
+    ValueError
+        When `data` is not a node-link graph, has no spine, a rack is not joined to the spine,
+        or a node of `node_ids` is under no rack.
+    """
     try:
         graph = nx.node_link_graph(data, edges="links")
     except (KeyError, TypeError, nx.NetworkXError) as exc:
@@ -137,7 +221,13 @@ def topology_from_graph(data: Mapping, node_ids: list[str], across_node_factor: 
 
 
 def spread_gbps(cluster: Cluster, node_ids: Iterable[str], graph: nx.Graph | None = None) -> float:
-    """Bottleneck bandwidth joining the given nodes (inf for one node), from the cluster's graph."""
+    """Bottleneck bandwidth (Gbit/s) joining the given nodes, from the cluster's graph.
+
+    The smallest link bandwidth on the tree paths from the first node (in id order) to every
+    other: the bandwidth a job spread over these nodes syncs at. Infinite for one node or none.
+    `graph` is the cluster's `cluster_graph`, built here when not given (callers pricing many
+    spreads build it once).
+    """
     nodes = sorted(set(node_ids))
     if len(nodes) <= 1:
         return float("inf")

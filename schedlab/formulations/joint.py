@@ -135,8 +135,12 @@ __all__ = ["JointModel", "Structure", "build_arrays", "build_pyomo", "decode", "
 
 @dataclass(frozen=True)
 class Structure:
-    """The docstring's sets as the arrays, decode and the greedy index them (the Pyomo twin finds
-    its own from the options: `_names`)."""
+    """The module docstring's index sets, as the arrays, decode and the greedy index them.
+
+    Indices are positions: options c, jobs j, cluster node indices k, pools p, slices s. The
+    Pyomo twin finds its own sets from the options (`_names`), so that the two builds check
+    each other.
+    """
 
     single_stayer: dict[int, tuple[int, int]]  # homogeneous node k in K1 -> (stay option, h_kc)
     multi_stayer: dict[int, list[tuple[int, int]]]  # homogeneous node k in K2 -> [(c, h_kc)]
@@ -146,7 +150,12 @@ class Structure:
 
 
 def structure(opts: JointOptions) -> Structure:
-    """The docstring's index sets of the options: stayers by node (K1, K2) and by slice, v and w columns."""
+    """The module docstring's index sets of the options: stayers by node (K1, K2) and by slice, v and w columns.
+
+    A homogeneous node held by one stay option is in K1, by several in K2 (which gets w_kd
+    slots for every level d); a heterogeneous node's stayers are counted per slice (h_kcs).
+    v has a column per (job, pool) pair with the pool in E_c of one of the job's multi options.
+    """
     cl = opts.cluster
     holders: dict[int, list[tuple[int, int]]] = {}
     slice_stayers: dict[tuple[int, int], list[tuple[int, int]]] = {}
@@ -171,8 +180,11 @@ def structure(opts: JointOptions) -> Structure:
 
 
 def _constraints(opts: JointOptions, st: Structure) -> dict[str, Rows]:
-    """Every constraint of the docstring but (minspd) as the arrays' rows, by tag. The Pyomo twin
-    writes them apart from the same algebra (build_pyomo), so that the two check each other."""
+    """Every constraint of the module docstring but (minspd) as the arrays' rows, by tag.
+
+    The Pyomo twin writes them apart from the same algebra (build_pyomo), so that the two check
+    each other.
+    """
     cl, n, inf = opts.cluster, opts.num_options, math.inf
     num_v = len(st.v_cols)
     v_job = np.array([j for j, _ in st.v_cols], dtype=int)
@@ -244,7 +256,11 @@ def _columns(opts: JointOptions, st: Structure) -> tuple[np.ndarray, np.ndarray,
 
 
 def start_point(opts: JointOptions, st: Structure) -> np.ndarray:
-    """Every running job stays (x, then v = 0, then w filled, then t)."""
+    """The warm start: every running job stays.
+
+    x_c = 1 for the stay options; v = 0; each w_kd the free d-slots its node's stayers leave,
+    floor((G_g - sum h_kc) / d); t (max-min) the smallest penalized speedup of that point.
+    """
     n = opts.num_options
     v = np.zeros(n + len(st.v_cols) + len(st.w_cols) + opts.round_input.settings.max_min)
     for j in opts.stay_gpus:
@@ -268,7 +284,13 @@ def _minspd(opts: JointOptions, t: int) -> Rows:
 
 
 def build_arrays(opts: JointOptions, st: Structure) -> MilpArrays:
-    """The model as arrays for highspy and CP-SAT. Columns: x, then v, then w, then t (max-min)."""
+    """The model as arrays for highspy and CP-SAT.
+
+    Columns: x, then v (Structure.v_cols), then w (Structure.w_cols), then t (max-min). The
+    objective's constant is sum_j U0_j; rows are (one), (level), (slots), (slice), (pool),
+    (elig), then (minspd) under max-min. The warm start is `start_point`'s, and each column's
+    job (x and v; -1 for w and t) is given as `choice`.
+    """
     c, col_hi, integer = _columns(opts, st)
     blocks = _constraints(opts, st)
     if opts.round_input.settings.max_min:
@@ -289,9 +311,11 @@ def _column_jobs(opts: JointOptions, st: Structure, num_cols: int) -> np.ndarray
 
 @dataclass(frozen=True)
 class _Names:
-    """The docstring's sets over names, found from the options alone (not from Structure or the
-    arrays' rows): options are (job id, option) labels, pools "p0", "p1", ... (as in the labels),
-    nodes their ids."""
+    """The module docstring's sets over names, found from the options alone.
+
+    Not from Structure or the arrays' rows: options are (job id, option) labels, pools "p0",
+    "p1", ... (as in the labels), nodes their ids.
+    """
 
     options: list[tuple[str, str]]  # C, in the arrays' column order
     options_of: dict[str, list[tuple[str, str]]]  # C_j, every job (empty: no option)
@@ -360,13 +384,16 @@ def _names(opts: JointOptions) -> _Names:
 
 
 def build_pyomo(opts: JointOptions) -> pyo.ConcreteModel:
-    """The same model in Pyomo, written constraint by constraint from the module docstring over
-    the sets of `_names` (not from the arrays' rows, so that the two builds check each other),
-    indexed by names: x[job id, option] (option_label), v[job id, pool], w[node id, d]; (one),
-    (pool) and (minspd) by job id, (elig) as v, (level) by (pool, d), (slots) as w, (slice) by
-    (node id, slice). The parameters a customization reads are goodput's, over the same (job id,
-    option) pairs C: gpus[c] (a_c), nodes[c] (n_c), speedup[c] (s'_c), utility[c] (u_c); and
-    U0[j] over J. `model.columns` lists x, v, w and t in the arrays' column order."""
+    """The same model in Pyomo, written constraint by constraint from the module docstring.
+
+    It is written over the sets of `_names` (not from the arrays' rows, so that the two builds
+    check each other) and indexed by names: x[job id, option] (option_label), v[job id, pool],
+    w[node id, d]; (one), (pool) and (minspd) by job id, (elig) as v, (level) by (pool, d),
+    (slots) as w, (slice) by (node id, slice). The parameters a customization reads are
+    goodput's, over the same (job id, option) pairs C: gpus[c] (a_c), nodes[c] (n_c),
+    speedup[c] (s'_c), utility[c] (u_c); and U0[j] over J. `model.columns` lists x, v, w and t
+    in the arrays' column order.
+    """
     import pyomo.environ as pyo  # here, not at the top: rounds solved from arrays never load Pyomo
 
     nm = _names(opts)
@@ -441,8 +468,12 @@ def build_pyomo(opts: JointOptions) -> pyo.ConcreteModel:
 
 
 def option_label(opts: JointOptions, c: int) -> tuple[str, str]:
-    """(job id, option) of option c: "stay", or its kind and shape (e.g. "single:p3:2": 2 GPUs of
-    pool 3, "multi1:n2": 2 whole nodes of multi-node pool 1, "comp:p0:1x2": a composition)."""
+    """The name of option c in the Pyomo model: (job id, option).
+
+    The option is "stay", or its kind and shape: "single:p3:2" is 2 GPUs on one node of pool 3,
+    "multi1:n2" 2 whole nodes of multi-node definition 1, "comp:p0:1x2" a composition of 1 and
+    2 GPUs of the slices of heterogeneous pool 0.
+    """
     job = opts.round_input.jobs[opts.job[c]].id
     kind = int(opts.kind[c])
     if kind == STAY:
@@ -455,8 +486,18 @@ def option_label(opts: JointOptions, c: int) -> tuple[str, str]:
 
 
 def decode(opts: JointOptions, st: Structure, values: np.ndarray) -> tuple[JobAllocation, ...]:
-    """Concrete GPUs: stayers, then whole nodes, then single-node items largest first, then
-    compositions on their slices."""
+    """Concrete GPUs and batches of every job from a point of the model (array layout).
+
+    The chosen options (x_c > 0.5) are placed as the module docstring argues they always fit:
+    stayers on their GPUs, then multi options on the v whole nodes of each pool, then
+    single-node items largest first on the tightest node of their pool (packing.NodeState),
+    then compositions on their slices.
+
+    Raises
+    ------
+    DecodeError
+        When a chosen option does not fit (a point that breaks a row).
+    """
     jobs, cl, nodes = opts.round_input.jobs, opts.cluster, opts.round_input.cluster.nodes
     n = opts.num_options
     chosen = np.asarray(values[:n]) > 0.5
@@ -502,8 +543,13 @@ def decode(opts: JointOptions, st: Structure, values: np.ndarray) -> tuple[JobAl
 
 
 def greedy_point(opts: JointOptions, st: Structure) -> np.ndarray:
-    """A feasible point: running jobs stay, then each job by the value its best option adds
-    takes the best option that still fits (whole nodes from the emptiest eligible pools)."""
+    """A feasible point found greedily: the fallback when a solver has none.
+
+    Running jobs whose GPUs are still free stay; then options are taken by the utility they add
+    over U0, best first: a job not yet placed takes the option if it adds value and fits (a
+    single option on the tightest node, a multi option on empty whole nodes of its eligible
+    pools in pool order, a composition on its slices). w and t are left 0.
+    """
     cl, n = opts.cluster, opts.num_options
     point = np.zeros(n + len(st.v_cols) + len(st.w_cols) + opts.round_input.settings.max_min)
     v_index = {jw: n + i for i, jw in enumerate(st.v_cols)}
@@ -556,36 +602,47 @@ def _fits(opts: JointOptions, c: int, free: dict[int, set[int]]) -> dict[int, se
 
 @dataclass(frozen=True)
 class JointModel(OneModel):
-    """The joint round (formulations.base.RoundModel)."""
+    """The joint round as one MILP (schedlab.milp.RoundModel): its options and index sets."""
 
     opts: JointOptions
     st: Structure
 
     @property
     def round_input(self) -> RoundInput:
+        """The round the options were enumerated from."""
         return self.opts.round_input
 
     def arrays(self) -> MilpArrays:
+        """The model as arrays (`build_arrays`), warm-started with every running job staying."""
         return build_arrays(self.opts, self.st)
 
     def pyomo(self) -> pyo.ConcreteModel:
+        """The same model in Pyomo, indexed by names (`build_pyomo`)."""
         return build_pyomo(self.opts)
 
     def start(self) -> np.ndarray:
+        """The warm start: every running job stays (`start_point`)."""
         return start_point(self.opts, self.st)
 
     def decode(self, values: np.ndarray) -> tuple[JobAllocation, ...]:
+        """Every job's GPUs and batch at a point (`decode`); DecodeError if it does not decode."""
         return decode(self.opts, self.st, values)
 
     def objective(self, values: np.ndarray) -> float:
+        """The objective of a point's chosen options, as goodput.py values it (p-mean, + M t under max-min)."""
         return objective_value(self.opts, np.asarray(values[: self.opts.num_options]) > 0.5)
 
     def fallback(self) -> np.ndarray:
+        """A feasible point found greedily (`greedy_point`): the answer when a solver has none."""
         return greedy_point(self.opts, self.st)
 
 
 def joint_model(round_input: RoundInput) -> JointModel:
-    """The joint round, with freeze levels folded in (formulations.freezing) when a job opts in."""
+    """The joint round's model (FORMULATIONS["joint"]): its options, pruned, and their index sets.
+
+    When a job opts in to freezing, the freeze levels are folded into the options
+    (formulations.freezing), which prunes them itself.
+    """
     if has_freezing(round_input):
         opts = fold_freeze_levels(round_input, enumerate_joint_options(round_input, prune=False))
     else:

@@ -42,8 +42,17 @@ SINGLE, COMP, MULTI, STAY = 0, 1, 2, 3  # the kinds of option of joint.py's C_j
 
 
 def tiers(values: list[float], tolerance: float) -> dict[float, float]:
-    """Each factor -> its tier's value: sorted factors within `tolerance` (relative) of a tier's
-    smallest join it; a tier is valued at its largest factor."""
+    """Each slowdown factor -> its tier's value, the factors grouped into tiers.
+
+    Walking the distinct factors in ascending order, a factor at most (1 + `tolerance`) times
+    its tier's smallest joins that tier, else it starts a new one. A tier is valued at its
+    largest factor, so a prediction made at the tier's value is never optimistic.
+
+    Examples
+    --------
+    >>> tiers([1.0, 1.02, 1.1, 1.3], 0.05)
+    {1.0: 1.02, 1.02: 1.02, 1.1: 1.1, 1.3: 1.3}
+    """
     out: dict[float, float] = {}
     members: list[float] = []
     for v in sorted(set(values)):
@@ -57,7 +66,19 @@ def tiers(values: list[float], tolerance: float) -> dict[float, float]:
 
 @dataclass(frozen=True)
 class Pool:
-    """Interchangeable nodes: a homogeneous group (several nodes) or one heterogeneous node."""
+    """A pool w of W = H u X: a homogeneous group of alike nodes, or one heterogeneous node.
+
+    Attributes
+    ----------
+    gpu_type, gpus_per_node, rack
+        What its nodes share: GPU type, GPUs per node (G_g) and rack.
+    nodes
+        K_w, its nodes' cluster indices (one for a heterogeneous node).
+    slices
+        Sl_k, the GPU indices of each signature; a homogeneous pool has one slice, every GPU.
+    signatures
+        Per slice, the tier of every class in play (JointCluster.classes' order).
+    """
 
     gpu_type: str
     gpus_per_node: int
@@ -83,7 +104,27 @@ class Pool:
 
 @dataclass(frozen=True)
 class JointCluster:
-    """The round's cluster as the joint model sees it: classes in play, GPU tiers and pools."""
+    """The round's cluster as the joint model sees it: classes in play, GPU tiers and pools.
+
+    Attributes
+    ----------
+    classes
+        The variability classes of the round's jobs, sorted: a class index indexes signatures.
+    gpu_tier
+        (node index, GPU index) -> the GPU's signature, its tier in every class.
+    pools
+        W: every heterogeneous node alone, in node order, then the homogeneous groups.
+    pool_of
+        Node index -> its pool (nodes without GPUs have none).
+    rack_of
+        Each node's rack id ("r0" without a topology).
+    cross_rack_scale, rack_scale
+        B_ref / B of a spread over racks, and of a spread within each rack, B the bottleneck of
+        the links joining the nodes (topology.spread_gbps) and B_ref Topology.node_gbps; at
+        least 1 (a faster link does not speed a sync up past its fit).
+    across_node_factor
+        PAL's flat penalty of a job spanning nodes (Topology.across_node_factor).
+    """
 
     classes: tuple[str, ...]
     gpu_tier: dict[tuple[int, int], tuple[float, ...]]  # (node index, GPU) -> signature
@@ -96,8 +137,14 @@ class JointCluster:
 
 
 def joint_cluster(ri: RoundInput) -> JointCluster:
-    """The round's cluster in tiers and pools: alike nodes of one type, size, rack and signature
-    are one pool; a node whose GPUs differ is a pool alone, one slice per signature."""
+    """The round's cluster in tiers and pools.
+
+    Each class's slowdown factors over every GPU are grouped into tiers (`tiers`, at
+    Settings.tier_tolerance); a GPU's signature is its tier in every class in play. Alike nodes
+    of one GPU type, size, rack and signature are one pool; a node whose GPUs differ is a pool
+    alone, one slice per signature. A spread within a rack is priced at the bottleneck joining
+    its first two nodes, a spread over racks at the one joining the first node of every rack.
+    """
     nodes, topo = ri.cluster.nodes, ri.cluster.topology or Topology()
     classes = tuple(sorted({job.variability_class for job in ri.jobs}))
     tier_of = [tiers([n.gpu_slowdown(k, c) for n in nodes for k in range(n.gpus)], ri.settings.tier_tolerance)
@@ -134,7 +181,7 @@ def joint_cluster(ri: RoundInput) -> JointCluster:
 
 @dataclass(frozen=True)
 class Multi:
-    """A multi-node option's definition: its eligible pools."""
+    """A multi-node option's definition: its eligible pools E_c (whole nodes of one GPU type and size)."""
 
     pools: tuple[int, ...]
 
@@ -143,8 +190,33 @@ class Multi:
 class JointOptions:
     """Every option of the round (columnar, as formulations.options.OptionSet) and its structure.
 
-    comp_id[c] indexes compositions[pool[c]] for a composition (-1 otherwise); gpu_type, tau and
-    sync_scale are what an option's value was computed from (so freezing can revalue it)."""
+    Arrays are per option c (x's columns), U0 per job.
+
+    Attributes
+    ----------
+    job, kind
+        The option's job index and kind (SINGLE, COMP, MULTI or STAY).
+    pool
+        Its pool (single, comp), its definition in `multi` (multi), -1 (stay).
+    num_nodes, num_gpus
+        n_c nodes spanned and a_c GPUs.
+    comp_id
+        Index into compositions[pool[c]] for a composition, -1 otherwise.
+    gpu_type, tau, sync_scale
+        What the option's value was computed from, so that freezing can revalue it: its GPU
+        type, tau_c (its worst tier for the job's class) and B_ref / B_c.
+    goodput, local_bsz, accum_steps
+        g_c at the best batch (M0-equivalent examples per second) and that batch's split.
+    speedup, penalized_speedup, utility
+        g_c over the job's fair share's goodput; s'_c, that times the restart factor when a
+        running job moves; u_c, the p-mean utility of s'_c.
+    U0
+        Each job's utility when it gets nothing.
+    stay_gpus
+        Job with a stay option -> node index -> the GPU indices it holds.
+    frozen_groups, freeze_penalty
+        Set by formulations.freezing: each option's freeze level and accuracy penalty.
+    """
 
     round_input: RoundInput
     cluster: JointCluster
@@ -193,8 +265,11 @@ class JointOptions:
         return self.compositions[self.pool[c]][self.comp_id[c]] if self.kind[c] == COMP else ()
 
     def revalue(self, which: np.ndarray, compute: np.ndarray, sync: np.ndarray) -> BatchChoice:
-        """The best batch of options `which` with their compute and sync times scaled by
-        `compute[i]` and `sync[i]` (e.g. layers frozen: models.freezing.scaled_params)."""
+        """The best batch of options `which`, their compute and sync times scaled.
+
+        Each option is valued as `_value` values it, its parameters first scaled by
+        `compute[i]` and `sync[i]` (e.g. layers frozen: models.freezing.scaled_params).
+        """
         nodes = self.num_nodes[which]
         return BatchChoice(*_value(self.round_input.jobs, self.job[which], self.gpu_type[which], nodes,
                                    self.num_gpus[which], self.tau[which], self.sync_scale[which],
@@ -202,8 +277,10 @@ class JointOptions:
                                    (np.asarray(compute, dtype=float), np.asarray(sync, dtype=float))))
 
     def undominated(self, util: np.ndarray) -> np.ndarray:
-        """Mask of the options that no option of their job beats with a subset of their resources,
-        valued at `util`."""
+        """Mask of the options no option of their job beats with a subset of their resources.
+
+        The options are compared at `util` (their utility, or a freeze level's): see `_undominated`.
+        """
         return _undominated(self, util)
 
     def subset(self, pick: np.ndarray) -> JointOptions:
@@ -216,8 +293,11 @@ class JointOptions:
 
 
 def compositions(pool: Pool) -> list[tuple[int, ...]]:
-    """Every count vector over a heterogeneous node's slices (any total: the node is its own
-    bin, so no size chain is needed, and 3 fast GPUs beside a slow one make a 3-GPU job)."""
+    """Every count vector m over a heterogeneous node's slices, m_s in 0..n_ks, with a total >= 1.
+
+    Any total is allowed: the node is its own bin, so no size chain is needed, and 3 fast GPUs
+    beside a slow one make a 3-GPU job.
+    """
     return [m for m in itertools.product(*(range(len(s) + 1) for s in pool.slices)) if sum(m)]
 
 
@@ -234,12 +314,15 @@ class _Rows:
     gpu_type: list[str] = field(default_factory=list)
     comp: list[int] = field(default_factory=list)  # index into the pool's compositions (-1: none)
 
-    def add(self, kind, pool, nodes, gpus, tau, sync_scale, gpu_type, comp=-1) -> None:
+    def add(self, kind: int, pool: int, nodes: int, gpus: int, tau: float, sync_scale: float, gpu_type: str,
+            comp: int = -1) -> None:
+        """Append one option's row."""
         for name, value in zip(("kind", "pool", "nodes", "gpus", "tau", "sync_scale", "gpu_type", "comp"),
                                (kind, pool, nodes, gpus, tau, sync_scale, gpu_type, comp)):
             getattr(self, name).append(value)
 
     def arrays(self) -> dict[str, np.ndarray]:
+        """Every field as an array, by field name."""
         return {k: np.asarray(v) for k, v in self.__dict__.items()}
 
 
@@ -288,10 +371,14 @@ def _stay(job: JobSpec, cl: JointCluster, node_index: dict[str, int]) -> tuple[d
 
 
 def _value(jobs: tuple[JobSpec, ...], job: np.ndarray, gpu_type: np.ndarray, nodes: np.ndarray, gpus: np.ndarray,
-           tau: np.ndarray, sync: np.ndarray, spread: np.ndarray, frozen: tuple[np.ndarray, np.ndarray] | None = None):
-    """Best batch of every row in one vectorized call, each distinct (job, GPU type, shape, tier,
-    sync scale, spread factor and, with `frozen` = (c, s) per row, freeze scales) valued once,
-    with the parameters scaled as the docstring says (first by c and s, as scaled_params)."""
+           tau: np.ndarray, sync: np.ndarray, spread: np.ndarray, frozen: tuple[np.ndarray, np.ndarray] | None = None,
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Best batch of every row in one vectorized call: goodput, local batch and accumulation steps.
+
+    Each distinct (job, GPU type, shape, tier, sync scale, spread factor and, with `frozen` =
+    (c, s) per row, freeze scales) is valued once, with the parameters scaled as joint.py's
+    docstring says (first by c and s, as scaled_params).
+    """
     types = sorted(set(gpu_type.tolist()))
     type_index = np.searchsorted(types, gpu_type)
     columns = (job, type_index, nodes, gpus, tau, sync, spread) + (frozen or ())
@@ -331,9 +418,11 @@ def _fair_rows(ri: RoundInput) -> dict[str, np.ndarray]:
 
 
 def _undominated(o: JointOptions, util: np.ndarray) -> np.ndarray:
-    """Options that no other option of the same job beats with a subset of its resources:
-    within a pool or multi-node definition a larger shape must be worth more (prune_dominated);
-    on a heterogeneous node a composition must be worth more than every one it contains."""
+    """Mask of the options that no other option of the same job beats with a subset of its resources.
+
+    Within a pool or multi-node definition a larger shape must be worth more (prune_dominated);
+    on a heterogeneous node a composition must be worth more than every one it contains.
+    """
     kind, pool, job = o.kind, o.pool, o.job
     key = np.where(kind == SINGLE, pool, np.where(kind == MULTI, pool + 1 + pool.max(initial=0), -1))
     keep = prune_dominated(job, key, o.num_gpus, util)
@@ -351,8 +440,23 @@ def _undominated(o: JointOptions, util: np.ndarray) -> np.ndarray:
 
 
 def enumerate_joint_options(ri: RoundInput, prune: bool = True) -> JointOptions:
-    """Every job's options with goodput, speedup and utility; prune=False keeps dominated ones
-    (freezing folds its levels in before pruning)."""
+    """Every job's options (C_j of joint.py's docstring), valued and pruned.
+
+    A job gets the single, comp and multi options of its class whose GPUs lie within its
+    [min_gpus, max_gpus] on GPU types it has a model for, and a running job whose GPUs are
+    within those limits a stay option. All are valued at their best batch together with the
+    jobs' fair shares in one vectorized call; the speedup is the goodput over the fair share's
+    (its best option's where the fair share has none), penalized by the restart factor when a
+    running job moves. Options without goodput or penalized speedup are dropped.
+
+    Parameters
+    ----------
+    ri
+        The round.
+    prune
+        Whether to drop the dominated options (`_undominated`); False keeps them, for freezing
+        to fold its levels in before pruning.
+    """
     jobs, settings = ri.jobs, ri.settings
     cl = joint_cluster(ri)
     node_index = ri.cluster.node_index

@@ -153,8 +153,11 @@ __all__ = ["JobColumns", "ModelSets", "PlacementModel", "build", "build_pyomo", 
 
 @dataclass(frozen=True)
 class ModelSets:
-    """The model's index sets and parameters (module docstring), shared by `build` and
-    `build_pyomo` so that the two are one model."""
+    """The model's index sets and parameters (module docstring), by position.
+
+    Shared by `build` and `build_pyomo`, so that the two are one model: j indexes the jobs of
+    the PlacementInput, k the GPU types, n the nodes, t a job's tiers (0 the fastest).
+    """
 
     types: tuple[tuple[str, ...], ...]  # K: the GPU ids of each type
     cap: np.ndarray  # cap_k
@@ -171,7 +174,7 @@ class ModelSets:
         return float(min(self.cap[k], self.need[j]))
 
     def gain(self, j: int) -> np.ndarray:
-        """d_jt for t >= 1 (at index t - 1)."""
+        """d_jt = 1/tau_jt - 1/tau_j(t-1) < 0 for t >= 1 (at index t - 1): z_jt's objective step."""
         return 1 / self.tiers[j][1:] - 1 / self.tiers[j][:-1]
 
     def spans(self, j: int) -> bool:
@@ -187,8 +190,11 @@ class ModelSets:
         return np.flatnonzero(self.tier_of[j] >= t)
 
     def alone_tiers(self, j: int) -> np.ndarray:
-        """a_jn of every node n: the tier of node n's G_j-th best GPU for job j, the least worst
-        tier job j can have on node n alone (past the last tier when n has fewer than G_j GPUs)."""
+        """a_jn of every node n: the tier of node n's G_j-th best GPU for job j.
+
+        That is the least worst tier job j can have on node n alone; past the last tier when n
+        has fewer than G_j GPUs (the job cannot be on it alone).
+        """
         out = np.full(len(self.nodes), len(self.tiers[j]))
         for n in range(len(self.nodes)):
             on = self.on_node(n)
@@ -198,8 +204,11 @@ class ModelSets:
         return out
 
     def scarce_tiers(self) -> dict[tuple[tuple[int, ...], int], int]:
-        """(C, t) -> F_Ct, for the jobs C of one class (the same tiers on the same types) and
-        each tier t >= 1 whose faster GPUs, F_Ct of them, are fewer than those jobs need."""
+        """(C, t) -> F_Ct, for the rows of (scarce).
+
+        C are the jobs of one class (the same tiers on the same types), t >= 1 each tier whose
+        faster GPUs, F_Ct of them, are fewer than those jobs need together.
+        """
         by_tiers: dict[bytes, list[int]] = {}
         for j in range(len(self.need)):
             by_tiers.setdefault(self.tier_of[j].tobytes(), []).append(j)
@@ -278,8 +287,21 @@ class JobColumns:
 
 @dataclass(frozen=True)
 class PlacementModel:
-    """The model as `build` writes it: its arrays, the GPU types and nodes its columns count, each
-    job's columns, and each row's key (its tag in the module docstring, then its indices)."""
+    """The model as `build` writes it: its arrays and what their columns and rows mean.
+
+    Attributes
+    ----------
+    arrays
+        The MILP (maximize; its offset the constant part of the objective).
+    types, nodes
+        The GPU types (GPU ids of each) and node ids the columns count.
+    jobs
+        Each job's columns, in the PlacementInput's job order.
+    twin_groups
+        The groups of interchangeable jobs that (twins) orders.
+    row_keys
+        Each row's key: its tag in the module docstring, then its indices.
+    """
 
     arrays: MilpArrays
     types: tuple[tuple[str, ...], ...]  # GPU ids per type
@@ -295,10 +317,14 @@ class PlacementModel:
 
 
 def build(pi: PlacementInput) -> PlacementModel:
-    """The model as arrays. Columns, job by job: x per type, y per node, z per tier >= 1, m, p,
-    then s if the job can stay. Rows are keyed by their tag in the module docstring and its
-    indices (job, type, node, tier), in one block: each job's rows, then (cap), (twins) and
-    (scarce) with its (scarce_count), the order the solvers have always been given."""
+    """The model of `pi` as arrays (module docstring), with what its columns and rows mean.
+
+    Columns, job by job: x per type, y per node, z per tier >= 1, m, p, then s if the job can
+    stay. The objective's constant sum_j w_j (1/tau_j0 - rho_j [j in R]) is the arrays' offset.
+    Rows are keyed by their tag in the module docstring and its indices (job, type, node,
+    tier), in one block: each job's rows, then (cap), (twins) and (scarce) with its
+    (scarce_count), the order the solvers have always been given.
+    """
     st = model_sets(pi)
     types = range(len(st.types))
     cols: list[tuple[float, float, float, bool]] = []  # (c, lo, hi, integer)
@@ -361,9 +387,12 @@ def build(pi: PlacementInput) -> PlacementModel:
 
 
 def build_pyomo(pi: PlacementInput) -> pyo.ConcreteModel:
-    """The same model in Pyomo, term by term as `build` and the module docstring, indexed by
-    names: J job ids, K GPU types (named by their GPUs, e.g. "n0/2+n0/3"), N node ids, T tiers
-    1, 2, ... of a job; `columns` lists its variables in `build`'s column order."""
+    """The same model in Pyomo, term by term as `build` and the module docstring, indexed by names.
+
+    J are job ids, K GPU types (named by their GPUs, e.g. "n0/2+n0/3"), N node ids, T tiers
+    1, 2, ... of a job; each constraint is a component of its tag's name. `columns` lists its
+    variables in `build`'s column order, so that a test solves both and compares them.
+    """
     import pyomo.environ as pyo  # here, not at the top: rounds solved from arrays never load Pyomo
 
     st = model_sets(pi)
@@ -458,9 +487,14 @@ def build_pyomo(pi: PlacementInput) -> pyo.ConcreteModel:
 
 
 def point(pi: PlacementInput, model: PlacementModel, placement: Mapping[str, tuple[str, ...]]) -> np.ndarray:
-    """The model's column values for a concrete placement (a warm start, e.g. PAL's greedy), its
-    twins' GPUs exchanged as (twins) orders them: the same placement up to the twins' names, and
-    a point of the model (a start that breaks a row is dropped by the solver)."""
+    """The model's column values for a concrete placement: a warm start, e.g. PAL's greedy.
+
+    The twins' GPUs are first exchanged as (twins) orders them (`twins_ordered`): the same
+    placement up to the twins' names, and so a point of the model. x counts the GPUs of each
+    type, y the nodes used, z the tiers at or below the worst, m whether it spans nodes, p =
+    m / tau_worst, s whether a running job keeps its GPUs. A start that breaks a row is dropped
+    by the solver.
+    """
     placement = twins_ordered(pi, model, placement)
     v = np.zeros(model.arrays.num_cols)
     type_of = _type_of(model.types)
@@ -510,7 +544,12 @@ def _current_counts(job: PlacementJob, type_of: dict[str, int]) -> dict[int, int
 
 
 def decode(pi: PlacementInput, model: PlacementModel, values: np.ndarray) -> dict[str, tuple[str, ...]]:
-    """Counts per type -> concrete GPUs: a job keeps its current GPUs where its counts allow."""
+    """The placement of a point of the model: its counts per type made concrete GPUs.
+
+    x_jk GPUs of type k go to job j; a job keeps its current GPUs where its counts allow (so a
+    job that can stay does), and takes the rest of its count from the type's free GPUs in
+    order. Each job's GPU ids are sorted.
+    """
     free = [list(ids) for ids in model.types]
     counts = {(j, k): int(round(values[c])) for (j, k), c in model.x_cols.items()}
     taken: dict[int, list[str]] = {j: [] for j in range(len(pi.jobs))}

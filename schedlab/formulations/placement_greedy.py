@@ -17,15 +17,30 @@ __all__ = ["pal_greedy"]
 
 
 def pal_greedy(pi: PlacementInput, rng: np.random.Generator) -> Placement:
-    """PAL's greedy as published (Alg. 1): per class, entries (sf, within one node) costed sf and
-    (sf, across nodes) costed sf x L, sorted by cost; jobs of the most variability-sensitive class
-    first take the cheapest entry that fits.
+    """PAL's greedy placement as published (Jain et al. SC'24, Alg. 1).
+
+    Per class, entries (sf, within one node) are costed sf and (sf, across nodes) sf x L, L the
+    across-node factor, and sorted by cost; jobs of the most variability-sensitive class (the
+    widest range of slowdowns) first, each takes the cheapest entry that fits.
 
     The cheapest entries that fit are found directly rather than by walking the sorted entries:
     within one node, the least level at which some node has G_j free GPUs (the smallest G_j-th
     slowdown over nodes); across nodes, the G_j-th smallest free slowdown. Ties go as in the entry
     order: within before across, then the tightest node (fewest GPUs at or under the level), then
-    node and GPU ids. O(J x N) numpy work, so a 65,536-GPU round takes seconds, not hours."""
+    node and GPU ids. O(J x N) numpy work, so a 65,536-GPU round takes seconds, not hours.
+
+    Parameters
+    ----------
+    pi
+        The GPUs offered and the jobs to place (they fit: PlacementInput checks it).
+    rng
+        Unused: PAL's greedy is deterministic; every placement function takes one.
+
+    Returns
+    -------
+    Placement
+        Job id -> GPU ids, in the jobs' input order.
+    """
     state = _GreedyState.of(pi)
     sensitivity = {c: float(np.ptp(sf)) for c, sf in state.sf.items()}
     order = sorted(range(len(pi.jobs)), key=lambda j: (-sensitivity[pi.jobs[j].app_class], j))
@@ -38,9 +53,12 @@ def pal_greedy(pi: PlacementInput, rng: np.random.Generator) -> Placement:
 
 @dataclass
 class _GreedyState:
-    """The free GPUs, per class: rows[c][n] the slowdowns of node n's free GPUs ascending (by
-    slowdown, then GPU id; padded with inf) and gpu_rows[c][n] their GPU indices (-1 padding);
-    across[c] every GPU in (slowdown, node id, GPU id) order."""
+    """The free GPUs, per class, kept sorted for PAL's two kinds of entry.
+
+    rows[c][n] are the slowdowns of node n's free GPUs ascending (by slowdown, then GPU id;
+    padded with inf) and gpu_rows[c][n] their GPU indices (-1 padding); across[c] is every GPU
+    in (slowdown, node id, GPU id) order.
+    """
 
     sf: dict[str, np.ndarray]
     rows: dict[str, np.ndarray]

@@ -32,8 +32,11 @@ class PlacementGpu:
 
 @dataclass(frozen=True)
 class PlacementJob:
-    """One job to place on exactly `num_gpus` GPUs: its application class (whose slowdowns
-    apply), the GPU ids it runs on now (empty: waiting) and its weight in the objective."""
+    """One job to place on exactly `num_gpus` GPUs.
+
+    Its application class says whose slowdowns apply; `current_gpus` are the GPU ids it runs
+    on now (empty: waiting); `weight` is w_j, its weight in the objective.
+    """
 
     id: str
     num_gpus: int
@@ -42,19 +45,35 @@ class PlacementJob:
     weight: float = 1.0
 
     def moved_to(self, gpu_ids: tuple[str, ...]) -> bool:
-        """Whether placing the job on `gpu_ids` moves it: it runs now, on other GPUs (the rule of
-        JobSpec.restarted_on, on the placement's GPU ids)."""
+        """Whether placing the job on `gpu_ids` moves it: it runs now, on other GPUs.
+
+        The rule of JobSpec.restarted_on, on the placement's GPU ids.
+        """
         return bool(self.current_gpus) and set(gpu_ids) != set(self.current_gpus)
 
 
 @dataclass(frozen=True)
 class PlacementInput:
-    """The GPUs offered and the jobs to place on them (module docstring); InputError when the
-    jobs need more GPUs than offered, a GPU is current for two jobs, or a GPU has no slowdown
-    for a class in play.
+    """The GPUs offered and the jobs to place on them (module docstring).
 
-    across_node is the locality factor L of a job spread over nodes (PAL's simulator: 1.7);
-    restart_penalty, rho, the fraction of a round's speed a move costs.
+    Attributes
+    ----------
+    gpus
+        The GPUs the chosen jobs may use.
+    jobs
+        The jobs chosen to run, every one to be placed.
+    across_node
+        The locality factor L: a job spread over nodes runs L times slower (PAL's simulator: 1.7).
+    restart_penalty
+        rho, the fraction of a round's speed a move costs.
+    gpu_index
+        GPU id -> GPU, derived from `gpus`.
+
+    Raises
+    ------
+    InputError
+        When the jobs need more GPUs than offered, a GPU is current for two jobs, or a GPU has
+        no slowdown for a class in play.
     """
 
     gpus: tuple[PlacementGpu, ...]  # the GPUs the chosen jobs may use
@@ -64,6 +83,7 @@ class PlacementInput:
     gpu_index: dict[str, PlacementGpu] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        """Index the GPUs by id and check the problem (the class docstring's InputError)."""
         object.__setattr__(self, "gpu_index", {g.id: g for g in self.gpus})
         need = sum(j.num_gpus for j in self.jobs)
         if need > len(self.gpus):
@@ -94,7 +114,11 @@ class PlacementInput:
 
 
 def job_speed(pi: PlacementInput, job: PlacementJob, gpu_ids: tuple[str, ...]) -> float:
-    """1 / (worst slowdown of its GPUs x locality factor)."""
+    """A job's speed on `gpu_ids`: 1 / (worst slowdown of its GPUs x locality factor).
+
+    The data-parallel job runs at the speed of its slowest GPU (PAL); the locality factor is
+    `across_node` when its GPUs span nodes, else 1. A job on typical GPUs of one node runs at 1.
+    """
     chosen = [pi.gpu_index[g] for g in gpu_ids]
     worst = max(g.slowdown[job.app_class] for g in chosen)
     spread = pi.across_node if len({g.node for g in chosen}) > 1 else 1.0
@@ -102,7 +126,11 @@ def job_speed(pi: PlacementInput, job: PlacementJob, gpu_ids: tuple[str, ...]) -
 
 
 def placement_objective(pi: PlacementInput, placement: Mapping[str, tuple[str, ...]]) -> float:
-    """The round objective of a placement (job id -> GPU ids), as the MILP counts it."""
+    """The round objective of a placement (job id -> GPU ids), as the MILP counts it.
+
+    sum_j w_j (speed_j - rho [j moved]): every job's weighted speed (`job_speed`), less the
+    restart penalty of each running job the placement moves.
+    """
     total = 0.0
     for job in pi.jobs:
         gpu_ids = placement[job.id]

@@ -44,8 +44,19 @@ __all__ = ["EXACT_MAX_GPUS", "PlacementMilp", "PlacementResult", "PlacementRound
 
 @dataclass(frozen=True)
 class PlacementResult:
-    """An exact placement: job id -> GPU ids, its objective (placement_objective's), the
-    solver's status and the seconds spent building the model and solving it."""
+    """An exact placement and how it was found.
+
+    Attributes
+    ----------
+    placement
+        Job id -> GPU ids.
+    objective
+        Its worth, placement_objective's.
+    status
+        The solver's status (time_limit where a start stood in for a solver without a point).
+    build_s, solve_s
+        Seconds spent building the model and solving it.
+    """
 
     placement: dict[str, tuple[str, ...]]
     objective: float
@@ -59,8 +70,10 @@ EXACT_MAX_GPUS = 128  # larger placements are solved a window at a time (placeme
 
 @dataclass(frozen=True)
 class PlacementMilp:
-    """The exact model of a PlacementInput as the registry's solvers take it (schedlab.milp.
-    MilpModel), warm-started from a placement: a whole round's, or one window's."""
+    """The exact model of a PlacementInput as the registry's solvers take it (schedlab.milp.MilpModel).
+
+    It is warm-started from a placement: a whole round's, or one window's.
+    """
 
     pi: PlacementInput
     model: PlacementModel
@@ -81,10 +94,24 @@ class PlacementMilp:
 
 def solve_placement(pi: PlacementInput, solver: Solver, time_limit_s: float = 10.0, mip_gap: float = 1e-6,
                     start: Mapping[str, tuple[str, ...]] | None = None) -> PlacementResult:
-    """The exact placement by `solver` (an entry of the registry, schedlab.solvers.registry),
-    warm-started from `start` (a placement; PAL's greedy if none given), so under a time limit
-    the answer is never worse than the start. Above EXACT_MAX_GPUS GPUs the model is solved one
-    window of nodes at a time around the start: placement_windows."""
+    """The exact placement of `pi`, never worse than its start.
+
+    Up to EXACT_MAX_GPUS GPUs the model is solved whole (`solve_exact`); above, one window of
+    nodes at a time around the start (placement_windows), its status optimal only where the
+    answer reaches placement_windows.upper_bound.
+
+    Parameters
+    ----------
+    pi
+        The problem; with no job, the empty placement, optimal.
+    solver
+        An entry of the registry (schedlab.solvers.registry).
+    time_limit_s, mip_gap
+        The solve's limits (the windows share the time limit).
+    start
+        The warm start, a placement; PAL's greedy if none given. Under a time limit the
+        answer is never worse than it.
+    """
     if not pi.jobs:
         return PlacementResult({}, 0.0, Status.OPTIMAL, 0.0, 0.0)
     start = start if start is not None else pal_greedy(pi, np.random.default_rng(0))
@@ -100,8 +127,11 @@ def solve_placement(pi: PlacementInput, solver: Solver, time_limit_s: float = 10
 
 def solve_exact(pi: PlacementInput, solver: Solver, settings: Settings,
                 start: Mapping[str, tuple[str, ...]]) -> PlacementResult:
-    """The exact model of `pi` solved whole by a registry entry within settings.time_limit_s
-    (building it included), warm-started from `start`; the start when the solver has no point."""
+    """The exact model of `pi` solved whole by a registry entry, warm-started from `start`.
+
+    The time limit, settings.time_limit_s, includes building the model. When the solver finds
+    no point in time, the start is the answer, with status time_limit.
+    """
     if not pi.jobs:
         return PlacementResult({}, 0.0, Status.OPTIMAL, 0.0, 0.0)
     t0 = time.perf_counter()
@@ -146,8 +176,11 @@ def _problems(ri: RoundInput) -> list[str]:
 
 @dataclass(frozen=True)
 class PlacementView:
-    """A round as PAL's placement sees it: `pi` holds every GPU of the cluster (id GpuRef.key)
-    and every job on JobSpec.gang_gpus GPUs; `refs` maps the GPU ids back."""
+    """A round as PAL's placement sees it, and the way back to allocations.
+
+    `pi` holds every GPU of the cluster (id GpuRef.key) and every job on JobSpec.gang_gpus
+    GPUs; `refs` maps the GPU ids back.
+    """
 
     round_input: RoundInput
     pi: PlacementInput
@@ -184,8 +217,10 @@ def placement_view(ri: RoundInput) -> PlacementView:
 
 @dataclass(frozen=True)
 class PlacementRoundModel(OneModel):
-    """The placement model of a round up to EXACT_MAX_GPUS GPUs (schedlab.milp.RoundModel), one
-    MILP warm-started from PAL's greedy placement, also its fallback."""
+    """The placement model of a round up to EXACT_MAX_GPUS GPUs (schedlab.milp.RoundModel).
+
+    One MILP warm-started from PAL's greedy placement, also its fallback.
+    """
 
     view: PlacementView
     milp: PlacementMilp
@@ -222,10 +257,12 @@ class PlacementRoundModel(OneModel):
 
 @dataclass(frozen=True)
 class WindowedPlacementModel:
-    """The placement of a round above EXACT_MAX_GPUS GPUs (schedlab.milp.RoundModel): the
-    exact model a window at a time around PAL's greedy placement (placement_windows), each
+    """The placement of a round above EXACT_MAX_GPUS GPUs (schedlab.milp.RoundModel).
+
+    The exact model a window at a time around PAL's greedy placement (placement_windows), each
     window solved by the round's solver. A point is the holder of every GPU of `view.pi.gpus`,
-    in that order (the index of its job + 1; 0 for a free GPU)."""
+    in that order (the index of its job + 1; 0 for a free GPU).
+    """
 
     view: PlacementView
     greedy: Mapping[str, tuple[str, ...]]
@@ -236,8 +273,12 @@ class WindowedPlacementModel:
         return self.view.round_input
 
     def solve(self, solver: Solver, settings: Settings) -> tuple[SolveOutcome, float]:
-        """Windows of the exact model solved by `solver` within settings.time_limit_s; the
-        outcome's bound is placement_windows.upper_bound, its message the windows' count."""
+        """Windows of the exact model solved by `solver` within settings.time_limit_s.
+
+        The outcome's point is the placement found (a holder per GPU), its bound
+        placement_windows.upper_bound, its message the windows' count. No build time is
+        reported apart (0.0): the windows build their models within the time limit.
+        """
         t0 = time.perf_counter()
         found = search_windows(self.view.pi, self.greedy, settings.time_limit_s, lambda sub, left_s, sub_start:
                                solve_exact(sub, solver, replace(settings, time_limit_s=left_s), sub_start).placement)
@@ -275,8 +316,13 @@ class WindowedPlacementModel:
 
 
 def placement_model(round_input: RoundInput) -> PlacementRoundModel | WindowedPlacementModel:
-    """PAL's exact placement of every job of the round on its JobSpec.gang_gpus GPUs (the module
-    docstring of formulations.placement): one MILP up to EXACT_MAX_GPUS GPUs, windows of it above."""
+    """PAL's exact placement of every job of the round on its JobSpec.gang_gpus GPUs (FORMULATIONS["placement"]).
+
+    The model of formulations.placement's module docstring: one MILP up to EXACT_MAX_GPUS GPUs,
+    windows of it above, both warm-started from PAL's greedy placement. InputError
+    (placement_view) when the formulation cannot take the round: GPUs of several types, a job
+    that cannot run on its gang size, or jobs needing more GPUs than the cluster has.
+    """
     view = placement_view(round_input)
     greedy = pal_greedy(view.pi, np.random.default_rng(round_input.settings.seed))
     if len(view.pi.gpus) > EXACT_MAX_GPUS:

@@ -58,13 +58,19 @@ def upper_bound(pi: PlacementInput) -> float:
 
 
 def status(bound: float, objective: float, mip_gap: float) -> Status:
-    """optimal when the objective is within mip_gap of the bound (upper_bound's), else time_limit."""
+    """The status of a window search's answer: optimal within mip_gap of the bound, else time_limit.
+
+    Optimal when bound - objective <= mip_gap x |objective|, the bound upper_bound's.
+    """
     return OPTIMAL if bound - objective <= mip_gap * max(abs(objective), 1e-9) else TIME_LIMIT
 
 
 def best_speed(pi: PlacementInput) -> np.ndarray:
-    """Per job: its speed on the cluster's best GPU for its class, on one node where one can
-    hold it, else across nodes."""
+    """Per job: best_j, the fastest it could run.
+
+    Its speed on the cluster's best GPU for its class (1 / the smallest slowdown), on one node
+    where one can hold it, else across nodes (divided by L).
+    """
     fastest = {c: 1.0 / min(g.slowdown[c] for g in pi.gpus) for c in {j.app_class for j in pi.jobs}}
     largest_node = max(Counter(g.node for g in pi.gpus).values(), default=0)
     return np.array([fastest[j.app_class] / (pi.across_node if j.num_gpus > largest_node else 1.0) for j in pi.jobs])
@@ -86,8 +92,11 @@ def nodes_by_speed(pi: PlacementInput) -> dict[str, list[str]]:
 
 def window_nodes(pi: PlacementInput, placement: Mapping[str, tuple[str, ...]], seed_job: int,
                  window_gpus: int = WINDOW_GPUS, ranked: Mapping[str, list[str]] | None = None) -> list[str]:
-    """The seed job's nodes, then the nodes fastest for its class (`ranked`, nodes_by_speed's,
-    computed if not given), up to window_gpus GPUs."""
+    """A window's nodes: the seed job's own, then the nodes fastest for its class, up to window_gpus GPUs.
+
+    `ranked` is nodes_by_speed's, computed if not given. The seed job's nodes are all kept even
+    when they hold more than window_gpus GPUs.
+    """
     job = pi.jobs[seed_job]
     ranked = ranked if ranked is not None else nodes_by_speed(pi)
     per_node = Counter(g.node for g in pi.gpus)
@@ -102,8 +111,11 @@ def window_nodes(pi: PlacementInput, placement: Mapping[str, tuple[str, ...]], s
 
 
 def sub_input(pi: PlacementInput, placement: Mapping[str, tuple[str, ...]], nodes: list[str]) -> PlacementInput:
-    """The window's model: the jobs wholly inside its nodes, on the window's GPUs that no job
-    partly outside it holds, and the window's free GPUs."""
+    """The window's problem: J_W, the jobs wholly inside its nodes, on the GPUs they may use.
+
+    Those are the window's GPUs that J_W holds or that are free; the GPUs of jobs partly
+    outside the window stay theirs. L and rho are `pi`'s.
+    """
     inside = set(nodes)
     holder = {g: job_id for job_id, gpus in placement.items() for g in gpus}
     freed = [job for job in pi.jobs if all(pi.node_of(g) in inside for g in placement[job.id])]
@@ -115,8 +127,27 @@ def sub_input(pi: PlacementInput, placement: Mapping[str, tuple[str, ...]], node
 def search_windows(pi: PlacementInput, start: Mapping[str, tuple[str, ...]], time_limit_s: float,
                    solve: Callable[[PlacementInput, float, Mapping[str, tuple[str, ...]]], dict[str, tuple[str, ...]]],
                    window_gpus: int = WINDOW_GPUS) -> WindowSearch:
-    """LNS from `start` (module docstring); `solve(sub_input, time_limit_s, sub_start)` returns
-    the sub-model's placement, never worse than sub_start."""
+    """Large neighbourhood search from `start` (module docstring): never worse than the start.
+
+    Parameters
+    ----------
+    pi
+        The whole problem.
+    start
+        The first placement, P (PAL's greedy).
+    time_limit_s
+        Seconds for the whole search; no window starts with less than MIN_WINDOW_S left.
+    solve
+        `solve(sub_input, time_limit_s, sub_start)`: a window's placement, never worse than
+        sub_start (e.g. solve_exact's).
+    window_gpus
+        A window's size in GPUs (window_nodes).
+
+    Returns
+    -------
+    WindowSearch
+        The placement found, the windows solved and how many of them improved it.
+    """
     t0 = time.perf_counter()
     placement = {job.id: tuple(sorted(start[job.id])) for job in pi.jobs}
     tried: set[int] = set()

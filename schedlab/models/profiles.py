@@ -28,7 +28,11 @@ from schedlab.state import BatchLimits, GradStats, ThroughputParams
 if TYPE_CHECKING:
     import pandas as pd
 
-POLLUX_GPU_TYPE = "t4"
+__all__ = ["APPLICATIONS", "MAX_EPOCHS", "MAX_LOCAL_BSZ_OVERRIDE", "POLLUX_GPU_TYPE", "ApplicationProfile", "data_dir",
+           "fit_application", "measured_table", "profiles_path", "refit", "shipped_profiles", "table_fields",
+           "trace_dir", "validation_tables"]
+
+POLLUX_GPU_TYPE = "t4"  # the GPU type the artifact measured its tables on
 # Completion epochs and the yolov3 micro-batch cap are the artifact's (simulator/applications.py).
 MAX_EPOCHS = {"bert": 2, "cifar10": 100, "deepspeech2": 80, "imagenet": 90, "ncf": 10, "yolov3": 50}
 MAX_LOCAL_BSZ_OVERRIDE = {"yolov3": 8}
@@ -37,6 +41,27 @@ APPLICATIONS = tuple(sorted(MAX_EPOCHS))
 
 @dataclass(frozen=True)
 class ApplicationProfile:
+    """What a round knows of one shipped application, as profiles.json holds it.
+
+    Attributes
+    ----------
+    name
+        The application (one of APPLICATIONS).
+    gpu_type
+        The GPU type its parameters were fitted on (POLLUX_GPU_TYPE).
+    params
+        Pollux's 7-parameter step-time model fitted to its measured tables (seconds).
+    grad_stats
+        Gradient statistics of its first epoch at the initial batch (models.efficiency).
+    batch
+        Batch limits in examples: the validated total batches' range and the measured local
+        batches' (the largest MAX_LOCAL_BSZ_OVERRIDE's where it names the application).
+    max_epochs
+        The epoch at which it completes (MAX_EPOCHS, the artifact's).
+    fit_rmsle
+        The fit's step-time RMSLE over every measured point (~ its relative error).
+    """
+
     name: str
     gpu_type: str
     params: ThroughputParams
@@ -47,15 +72,21 @@ class ApplicationProfile:
 
 
 def data_dir() -> Path:
+    """The package's shipped data folder, schedlab/data."""
     return Path(str(resources.files("schedlab") / "data"))
 
 
 def trace_dir(app: str) -> Path:
+    """An application's measured tables in the Pollux artifact (placements, scalability, validation)."""
     return data_dir() / "pollux" / "traces" / app
 
 
 def validation_tables(app: str) -> dict[int, pd.DataFrame]:
-    """validation-<bsz>.csv of one application, keyed by total batch size, ascending."""
+    """The validation-<bsz>.csv tables of one application, keyed by total batch size, ascending.
+
+    Each holds, one row per epoch of training at that total batch, the progress, validation
+    metric and gradient statistics measured; the smallest batch is the initial one (`table_fields`).
+    """
     import pandas as pd  # here: reading the profiles for a round needs no pandas
 
     tables = {int(p.stem.split("-")[1]): pd.read_csv(p) for p in trace_dir(app).glob("validation-*.csv")}
@@ -64,11 +95,20 @@ def validation_tables(app: str) -> dict[int, pd.DataFrame]:
 
 @cache
 def measured_table(app: str) -> MeasuredTable:
+    """An application's measured step and sync times (its placements and scalability tables), read once."""
     return MeasuredTable.from_dir(trace_dir(app))
 
 
 def fit_application(app: str) -> tuple[ThroughputParams, float]:
-    """Fit the throughput model to every measured point; return it and its step-time RMSLE."""
+    """Fit the throughput model to every measured point of an application.
+
+    Returns
+    -------
+    params : ThroughputParams
+        Pollux's 7 parameters fitted to the measured step and sync times (models.throughput).
+    rmsle : float
+        The fitted model's step-time RMSLE over those points.
+    """
     pts = measured_table(app).points()
     params = fit_throughput_params(pts.num_nodes, pts.num_replicas, pts.local_bsz, pts.step_time, pts.sync_time)
     pred = step_time_s(params, pts.num_nodes.to_numpy(), pts.num_replicas.to_numpy(), pts.local_bsz.to_numpy())
@@ -76,9 +116,17 @@ def fit_application(app: str) -> tuple[ThroughputParams, float]:
 
 
 def table_fields(app: str) -> dict[str, list]:
-    """What the measured tables give a profile besides its fit: the gradient statistics of the
-    first epoch at the initial batch, and the batch limits (the validated batches' range, the
-    measured local batches', with the artifact's micro-batch caps)."""
+    """What the measured tables give a profile besides its fit, as profiles.json holds it.
+
+    Returns
+    -------
+    dict
+        "grad_stats": [grad_sqr, grad_var] of the first epoch at the initial batch (the
+        smallest validated one); "batch": [init_bsz, max_bsz, min_local_bsz, max_local_bsz],
+        the validated total batches' range and the measured local batches', the largest
+        replaced by MAX_LOCAL_BSZ_OVERRIDE's where it names the application (the artifact's
+        micro-batch cap).
+    """
     validation = validation_tables(app)
     init_bsz, max_bsz = min(validation), max(validation)
     first_epoch = validation[init_bsz].iloc[0]
@@ -94,8 +142,11 @@ def profiles_path() -> Path:
 
 @cache
 def shipped_profiles() -> dict[str, ApplicationProfile]:
-    """The six Pollux applications as profiles.json holds them (fitted parameters and what the
-    tables give, written by refit): reading them needs no table, so no pandas."""
+    """The six Pollux applications, name -> profile, as profiles.json holds them.
+
+    The fitted parameters and what the tables give were written by `refit`: reading them needs
+    no table, so no pandas and no fit. Read once per process.
+    """
     shipped = json.loads(profiles_path().read_text())
     return {app: ApplicationProfile(app, POLLUX_GPU_TYPE, ThroughputParams(*shipped[app]["params"]),
                                     GradStats(*shipped[app]["grad_stats"]), BatchLimits(*shipped[app]["batch"]),

@@ -57,7 +57,12 @@ def _sf(pi: PlacementInput, job: PlacementJob, gpu: str) -> float:
 
 
 def pm_take(pi: PlacementInput, job: PlacementJob, free: list[str]) -> list[str]:
-    """PM-First: lowest slowdown first; ties go to the node with the most GPUs at that slowdown."""
+    """PM-First's GPUs for one job: lowest slowdown first, packed on a node where ties allow.
+
+    The free GPUs ranked by (the job class's slowdown, minus the GPUs of the same node at that
+    slowdown, node id, GPU id); the job takes the first `num_gpus`. Preferring the node with
+    the most equally fast GPUs keeps a job on one node when one holds enough of them.
+    """
     per_node = pi.by_node(free)
     same = {g: sum(1 for h in per_node[pi.node_of(g)] if _sf(pi, job, h) == _sf(pi, job, g)) for g in free}
     ranked = sorted(free, key=lambda g: (_sf(pi, job, g), -same[g], pi.node_of(g), g))
@@ -65,6 +70,10 @@ def pm_take(pi: PlacementInput, job: PlacementJob, free: list[str]) -> list[str]
 
 
 def pm_first(pi: PlacementInput, rng: np.random.Generator) -> Placement:
+    """PM-First (PAL's baseline): the jobs in input order, each on its `pm_take` GPUs of those still free.
+
+    `rng` is unused: every placement function takes one (the random placement draws from it).
+    """
     free, out = _free(pi), {}
     for job in pi.jobs:
         out[job.id] = tuple(pm_take(pi, job, free))
@@ -88,6 +97,12 @@ def _pack(pi: PlacementInput, job: PlacementJob, free: list[str]) -> list[str]:
 
 
 def packed_sticky(pi: PlacementInput, rng: np.random.Generator) -> Placement:
+    """Packed, sticky: running jobs keep their GPUs, new ones go on the fewest nodes, slowdowns ignored.
+
+    A running job keeps its current GPUs when they are all offered and as many as it needs;
+    every other job, in input order, takes the tightest node that fits it, else the nodes with
+    the most free GPUs (`_pack`). `rng` is unused.
+    """
     out = {j.id: tuple(sorted(j.current_gpus)) for j in pi.jobs
            if j.current_gpus and len(j.current_gpus) == j.num_gpus and all(g in pi.gpu_index for g in j.current_gpus)}
     free = [g for g in _free(pi) if all(g not in gs for gs in out.values())]
@@ -99,6 +114,11 @@ def packed_sticky(pi: PlacementInput, rng: np.random.Generator) -> Placement:
 
 
 def packed_nonsticky(pi: PlacementInput, rng: np.random.Generator) -> Placement:
+    """Packed, not sticky: every job re-packed each round on the fewest nodes, slowdowns ignored.
+
+    Jobs are packed largest first (ties in input order) as `packed_sticky` packs new ones, so a
+    running job may move. `rng` is unused.
+    """
     free, out = _free(pi), {}
     for job in sorted(pi.jobs, key=lambda j: -j.num_gpus):
         out[job.id] = tuple(_pack(pi, job, free))
@@ -107,6 +127,7 @@ def packed_nonsticky(pi: PlacementInput, rng: np.random.Generator) -> Placement:
 
 
 def random_placement(pi: PlacementInput, rng: np.random.Generator) -> Placement:
+    """Uniformly random GPUs: one permutation of the offered GPUs, drawn from `rng`, dealt to the jobs in input order."""
     free, out = list(rng.permutation(_free(pi))), {}
     for job in pi.jobs:
         out[job.id] = tuple(sorted(str(g) for g in free[: job.num_gpus]))
@@ -123,9 +144,26 @@ QUEUE_ORDERS: dict[str, Callable[[JobSpec], float]] = {
 
 
 def pal_queue(round_input: RoundInput, order: str, backfill: bool = False) -> dict[str, int]:
-    """PAL's cut of the queue: job id -> GPUs (JobSpec.gang_gpus) of the jobs that run. Jobs in `order`
-    (ties: oldest first, then input order) while their GPUs fit; the first that does not fit
-    stops the queue, unless `backfill`, which goes on with the jobs behind it."""
+    """PAL's cut of the queue: which jobs run this round, on how many GPUs.
+
+    Jobs are taken in `order` (ties: oldest first, then input order) while their GPUs
+    (JobSpec.gang_gpus) fit in the cluster's GPUs left; the first that does not fit stops the
+    queue, unless `backfill`, which goes on with the jobs behind it.
+
+    Parameters
+    ----------
+    round_input
+        The round: its cluster's total GPUs are the capacity.
+    order
+        A key of QUEUE_ORDERS: "fifo", "las" or "srtf".
+    backfill
+        Whether jobs behind one that does not fit may still run.
+
+    Returns
+    -------
+    dict[str, int]
+        Job id -> GPUs, for the jobs that run, in queue order.
+    """
     key, left, counts = QUEUE_ORDERS[order], round_input.cluster.total_gpus, {}
     for job in sorted(round_input.jobs, key=lambda j: (key(j), -j.age_s)):
         size = job.gang_gpus
@@ -139,9 +177,12 @@ def pal_queue(round_input: RoundInput, order: str, backfill: bool = False) -> di
 
 def gang_round(round_input: RoundInput, counts: Mapping[str, int],
                batches: Mapping[str, int] | None = None) -> RoundInput:
-    """The round a placement places: the jobs of `counts`, each asking for exactly that many
-    GPUs (requested_gpus) and, where `batches` names it, that total batch (fixed_bsz). Opt-ins
-    to freezing are dropped: a placement freezes nothing."""
+    """The round a placement places: only the jobs of `counts`, each on exactly that many GPUs.
+
+    Each job of `counts` asks for exactly its count (requested_gpus) and, where `batches` names
+    it, that total batch (fixed_bsz); the other jobs are left out. Opt-ins to freezing are
+    dropped: a placement freezes nothing.
+    """
     batches = batches or {}
     return replace(round_input, jobs=tuple(
         replace(job, requested_gpus=counts[job.id], fixed_bsz=batches.get(job.id, job.fixed_bsz), freezing=None)
@@ -152,8 +193,23 @@ def gang_round(round_input: RoundInput, counts: Mapping[str, int],
 class PlacementPolicy(ABC):
     """PAL's simulator as a policy: `pal_queue` chooses the jobs that run, `place` their GPUs.
 
-    order: the queue's order (QUEUE_ORDERS); backfill: go on past a job that does not fit;
-    seed: the random placement's draws and the exact solvers' seed."""
+    Jobs train at the batch they submitted (batch_mode "fixed") and are valued with the full
+    measured tables (throughput_model "oracle").
+
+    Attributes
+    ----------
+    order
+        The queue's order, a key of QUEUE_ORDERS.
+    backfill
+        Whether the queue goes on past a job that does not fit.
+    seed
+        The random placement's draws and the exact solvers' seed.
+
+    Raises
+    ------
+    ConfigError
+        When `order` is not a key of QUEUE_ORDERS.
+    """
 
     order: str = "fifo"
     backfill: bool = False
@@ -164,11 +220,17 @@ class PlacementPolicy(ABC):
     _rng: np.random.Generator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        """Check the queue order and seed the policy's generator."""
         if self.order not in QUEUE_ORDERS:
             raise ConfigError(f"order {self.order!r}: use one of {', '.join(QUEUE_ORDERS)}")
         self._rng = np.random.default_rng(self.seed)
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
+        """One round: the jobs `pal_queue` chooses, placed by `place`; every other job waits.
+
+        Returns the verified RoundResult of `place`, with an allocation for every job of
+        `round_input` in its order (an empty one for a job that waits).
+        """
         placed = self.place(gang_round(round_input, pal_queue(round_input, self.order, self.backfill)))
         by_job = {a.job_id: a for a in placed.allocations}
         allocations = tuple(by_job.get(job.id, JobAllocation(job.id)) for job in round_input.jobs)
@@ -177,13 +239,15 @@ class PlacementPolicy(ABC):
 
     @abstractmethod
     def place(self, round_input: RoundInput) -> RoundResult:
-        """Every job of `round_input` on exactly its requested_gpus GPUs (gang_round builds such a
-        round): the verified RoundResult of that round."""
+        """Every job of `round_input` on exactly its requested_gpus GPUs: that round's verified RoundResult.
+
+        `round_input` is a round `gang_round` built: the jobs that run, each asking for its GPUs.
+        """
 
 
 @dataclass
 class GreedyPlacementPolicy(PlacementPolicy):
-    """Places with the placement function `greedy`; status heuristic."""
+    """A policy that places with a placement function, `greedy`; status heuristic."""
 
     @staticmethod
     def greedy(pi: PlacementInput, rng: np.random.Generator) -> Placement:
@@ -191,6 +255,11 @@ class GreedyPlacementPolicy(PlacementPolicy):
         raise NotImplementedError
 
     def place(self, round_input: RoundInput) -> RoundResult:
+        """Every job on the GPUs `greedy` gives it in the round's placement view.
+
+        The objective is the placement's (placement_objective: every job's speed); there is no
+        bound or gap (NaN), and solve_s is the seconds the whole placement took.
+        """
         t0 = time.perf_counter()
         view = placement_view(round_input)
         placement = self.greedy(view.pi, self._rng)
@@ -202,53 +271,72 @@ class GreedyPlacementPolicy(PlacementPolicy):
 
 @dataclass
 class ExactPlacementPolicy(PlacementPolicy):
-    """Places with the "placement" round formulation solved by `solver` in `time_limit_s`."""
+    """A policy that places with the "placement" round formulation, solved by `solver` in `time_limit_s`.
+
+    The MILP of formulations.placement, warm-started from PAL's greedy (its fallback too), so
+    its placement is never worse than the `pal` policy's; the status is the solver's.
+    """
 
     time_limit_s: float = 1.0
     solver: ClassVar[str]
 
     def place(self, round_input: RoundInput) -> RoundResult:
+        """The round solved by solve_round with the "placement" formulation, this policy's solver, time limit and seed."""
         settings = Settings(formulation="placement", solver=self.solver, time_limit_s=self.time_limit_s, seed=self.seed)
         return solve_round(replace(round_input, settings=settings))
 
 
 @dataclass
 class PalPolicy(GreedyPlacementPolicy):
+    """`pal`: PAL's greedy as published (Jain et al. SC'24, Alg. 1; placement_greedy.pal_greedy)."""
+
     name: ClassVar[str] = "pal"
     greedy = staticmethod(pal_greedy)
 
 
 @dataclass
 class PmFirstPolicy(GreedyPlacementPolicy):
+    """`pm_first`: each job on its least-slowdown GPUs, one node where ties allow (`pm_first`)."""
+
     name: ClassVar[str] = "pm_first"
     greedy = staticmethod(pm_first)
 
 
 @dataclass
 class PackedStickyPolicy(GreedyPlacementPolicy):
+    """`packed_sticky`: running jobs stay, new ones on the fewest nodes (`packed_sticky`)."""
+
     name: ClassVar[str] = "packed_sticky"
     greedy = staticmethod(packed_sticky)
 
 
 @dataclass
 class PackedNonstickyPolicy(GreedyPlacementPolicy):
+    """`packed_nonsticky`: every job re-packed on the fewest nodes each round (`packed_nonsticky`)."""
+
     name: ClassVar[str] = "packed_nonsticky"
     greedy = staticmethod(packed_nonsticky)
 
 
 @dataclass
 class RandomPlacementPolicy(GreedyPlacementPolicy):
+    """`random`: uniformly random GPUs, drawn from the policy's seeded generator (`random_placement`)."""
+
     name: ClassVar[str] = "random"
     greedy = staticmethod(random_placement)
 
 
 @dataclass
 class MilpPolicy(ExactPlacementPolicy):
+    """`milp`: the exact placement model solved by HiGHS."""
+
     name: ClassVar[str] = "milp"
     solver: ClassVar[str] = "highs"
 
 
 @dataclass
 class MilpCpsatPolicy(ExactPlacementPolicy):
+    """`milp_cpsat`: the exact placement model solved by CP-SAT, from the same arrays."""
+
     name: ClassVar[str] = "milp_cpsat"
     solver: ClassVar[str] = "cpsat"
