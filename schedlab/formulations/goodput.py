@@ -326,7 +326,7 @@ def decode(opts: OptionSet, chosen: np.ndarray) -> tuple[JobAllocation, ...]:
 
 @dataclass(frozen=True)
 class GoodputModel(OneModel):
-    """The round model above over an OptionSet (formulations.base.RoundModel)."""
+    """The round model above over an OptionSet (a schedlab.milp.RoundModel)."""
 
     opts: OptionSet
 

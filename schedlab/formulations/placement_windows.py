@@ -6,15 +6,16 @@ and nowhere near a first point in 10 s. Its objective is a sum over jobs, and a 
 depends only on its own GPUs, so a placement improves exactly as much as any subset of its jobs
 does when re-placed on the GPUs they hold. Large neighbourhood search (Shaw, CP'98) on that:
 
-  start      P := the start (PAL's greedy); regret_j = w_j (best_j - speed_j(P)), what job j
-             could still gain: best_j is its speed on the best GPU of the cluster for its class,
-             on one node if one can hold it (`best_speed`)
-  window     for the job j* of largest regret not yet tried: its own nodes, then the nodes
-             fastest for its class (mean slowdown), until WINDOW_GPUS GPUs
-  free       J_W = the jobs all of whose GPUs lie in the window; the GPUs offered are the
-             window's minus those of jobs partly outside it (these stay where they are)
-  solve      the exact model (placement.build) of J_W on those GPUs, warm-started from P,
-             within the time left; P takes its answer when it is better
+- **start**: P := the start (PAL's greedy); regret_j = w_j (best_j - speed_j(P)), what job j
+  could still gain: best_j is its speed on the best GPU of the cluster for its class, on one
+  node if one can hold it (`best_speed`);
+- **window**: for the job j* of largest regret not yet tried: its own nodes, then the nodes
+  fastest for its class (mean slowdown), until WINDOW_GPUS GPUs;
+- **free**: J_W = the jobs all of whose GPUs lie in the window; the GPUs offered are the
+  window's minus those of jobs partly outside it (these stay where they are);
+- **solve**: the exact model (placement.build) of J_W on those GPUs, warm-started from P,
+  within the time left; P takes its answer when it is better;
+
 until the time limit (less MIN_WINDOW_S) or every job with regret > 0 was a window's seed. The
 answer is never worse than the start. Its bound is every job at best_j, unmoved (`upper_bound`):
 the answer is proven optimal only when it reaches that, as when the GPUs do not vary; otherwise

@@ -1,23 +1,25 @@
 """ONES-style online evolutionary search over whole-cluster schedules (Bian et al., SC'21).
 
 A schedule gives every GPU slot (node-major) to one job or to none. One generation:
-  1. uniform crossover: parents are paired at random; with probability `crossover_rate` a pair
-     exchanges each slot with probability 1/2;
-  2. preemption mutation: with probability `mutation_rate` a child loses all the slots of one
-     random job, except jobs younger than `young_s` (ONES: two epochs);
-  3. padding: free slots go to waiting jobs, oldest first, one each, then to the running
-     jobs with the fewest slots, each up to its next configuration size within its growth
-     cap (ONES: the request, doubled every `young_s` of age, at most max_gpus). Every
-     candidate is padded (work-conserving, as in ONES), the surviving schedules of the last
-     round and the running schedule itself included, and padding runs again after the
-     reorder so that slots it freed do not sit idle;
-  4. reorder (repair): each job's slot count becomes one configuration of the round's option
-     set (formulations.options): its exact current GPUs if the largest shape its slots allow
-     is the size it holds now (wherever the slots are: a slot's position is only a placement
-     hint), else the largest shape that fits its count; configurations are placed stayers
-     first, then largest first, on the node holding most of the job's slots (fewest moves);
-     jobs that no longer fit drop;
-  5. selection: the best `population` of parents and children survive.
+
+1. uniform crossover: parents are paired at random; with probability `crossover_rate` a pair
+   exchanges each slot with probability 1/2;
+2. preemption mutation: with probability `mutation_rate` a child loses all the slots of one
+   random job, except jobs younger than `young_s` (ONES: two epochs);
+3. padding: free slots go to waiting jobs, oldest first, one each, then to the running
+   jobs with the fewest slots, each up to its next configuration size within its growth
+   cap (ONES: the request, doubled every `young_s` of age, at most max_gpus). Every
+   candidate is padded (work-conserving, as in ONES), the surviving schedules of the last
+   round and the running schedule itself included, and padding runs again after the
+   reorder so that slots it freed do not sit idle;
+4. reorder (repair): each job's slot count becomes one configuration of the round's option
+   set (formulations.options): its exact current GPUs if the largest shape its slots allow
+   is the size it holds now (wherever the slots are: a slot's position is only a placement
+   hint), else the largest shape that fits its count; configurations are placed stayers
+   first, then largest first, on the node holding most of the job's slots (fewest moves);
+   jobs that no longer fit drop;
+5. selection: the best `population` of parents and children survive.
+
 A round starts from the running schedule, last round's survivors, and random schedules up to
 `population` (all padded and reordered).
 The population is kept across rounds (online): a schedule survives by job id, slots of jobs
@@ -27,17 +29,18 @@ Values. Each configuration c of job j is valued under a batch rule: "linear" (ON
 batch = the user's per-GPU batch x GPUs, within [init_bsz, max_bsz]: linear learning-rate
 scaling up to a cap) or
 "best" (the goodput model's best batch, as the MILP). Two fitness functions, both maximized:
-  "milp"  sum_j U(s'_jc) (U0_j if unallocated): exactly the goodput MILP's objective, so that
-          with batch rule "best" the search and the MILP value the same configuration space and
-          the MILP optimum is an upper bound;
-  "ones"  minus the predicted remaining GPU-time, sum_j n_jc * R_j / rate_jc, with R_j the
-          steps left (JobSpec.remaining_steps, initial-batch steps) and rate_jc = goodput_jc /
-          init_bsz_j (ONES's y_j n_j (1/rho_j - 1) / X_j(n_j)), plus n_jc x S_j GPU-seconds
-          when option c moves a running job (the restart's idle GPUs: ONES's reorder limits
-          moves, this prices them in the fitness's own unit); an unallocated job costs its
-          remaining GPU-time T_j on its smallest configuration plus a shortest-first waiting
-          charge G^2 / T_j, G the round's median T_j (ours: ONES pads every free GPU, so it
-          never states this case; the charge makes leaving a short job waiting the dearer).
+
+- "milp": sum_j U(s'_jc) (U0_j if unallocated): exactly the goodput MILP's objective, so that
+  with batch rule "best" the search and the MILP value the same configuration space and
+  the MILP optimum is an upper bound;
+- "ones": minus the predicted remaining GPU-time, sum_j n_jc * R_j / rate_jc, with R_j the
+  steps left (JobSpec.remaining_steps, initial-batch steps) and rate_jc = goodput_jc /
+  init_bsz_j (ONES's y_j n_j (1/rho_j - 1) / X_j(n_j)), plus n_jc x S_j GPU-seconds
+  when option c moves a running job (the restart's idle GPUs: ONES's reorder limits
+  moves, this prices them in the fitness's own unit); an unallocated job costs its
+  remaining GPU-time T_j on its smallest configuration plus a shortest-first waiting
+  charge G^2 / T_j, G the round's median T_j (ours: ONES pads every free GPU, so it
+  never states this case; the charge makes leaving a short job waiting the dearer).
 What we changed from ONES: configurations come from the MILP's shape space (one node with a
 chain size of GPUs, or whole nodes), so the two can be compared on equal terms, and the
 search seeds from the running schedule every round.
