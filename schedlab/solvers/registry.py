@@ -26,6 +26,8 @@ from schedlab.solvers.portfolio import solve_portfolio
 from schedlab.solvers.pyomo_options import LEGACY_OPTIONS
 from schedlab.state import Settings
 
+__all__ = ["SOLVERS", "ArraySolver", "PyomoSolver", "SolverEntry", "array_solver_names", "solver"]
+
 
 @dataclass(frozen=True)
 class ArraySolver:
@@ -39,6 +41,7 @@ class ArraySolver:
     options_refused: str = ""
 
     def __call__(self, model: MilpModel, s: Settings) -> tuple[SolveOutcome, float]:
+        """The outcome on the model's arrays and the seconds spent building them, within s.time_limit_s."""
         t0 = time.perf_counter()
         arrays = model.arrays()
         build_s = time.perf_counter() - t0
@@ -61,6 +64,7 @@ class PyomoSolver:
     options_refused: str = ""
 
     def __call__(self, model: MilpModel, s: Settings) -> tuple[SolveOutcome, float]:
+        """The outcome on the model's Pyomo form and the seconds spent building it, within s.time_limit_s."""
         from schedlab.solvers import pyomo_backend
 
         solve = getattr(pyomo_backend, self.backend)
@@ -82,9 +86,11 @@ class SolverEntry(Protocol):
     settings.solver_options ("" where it takes them)."""
 
     @property
-    def options_refused(self) -> str: ...
+    def options_refused(self) -> str:
+        """Why the entry takes no settings.solver_options ("" where it takes them)."""
 
-    def __call__(self, model: MilpModel, s: Settings) -> tuple[SolveOutcome, float]: ...
+    def __call__(self, model: MilpModel, s: Settings) -> tuple[SolveOutcome, float]:
+        """The solver's outcome and the seconds spent building what it solved."""
 
 
 SOLVERS: dict[str, SolverEntry] = {
@@ -98,10 +104,12 @@ SOLVERS: dict[str, SolverEntry] = {
 
 
 def array_solver_names() -> tuple[str, ...]:
+    """The solvers that solve a model's arrays (highs, cpsat, portfolio): those an array-only model can use."""
     return tuple(n for n, e in SOLVERS.items() if isinstance(e, ArraySolver))
 
 
 def solver(name: str) -> SolverEntry:
+    """The registry entry of a solver name; SolverError naming the choices for an unknown one."""
     if name not in SOLVERS:
         raise SolverError(f"unknown solver {name!r}; use one of {', '.join(SOLVERS)}")
     return SOLVERS[name]
