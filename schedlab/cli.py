@@ -140,7 +140,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
     from schedlab.io import json_text
     from schedlab.policies import make_policy
-    from schedlab.replay.engine import WORLDS, check_out_dir, replay, write_outputs
+    from schedlab.replay.engine import check_out_dir, replay, write_outputs
+    from schedlab.replay.world import WORLDS
     from schedlab.traces import (
         load_sia_philly,
         load_workload,
@@ -156,7 +157,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in {"num_nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
                                    "round_s": args.round_s, "restart_delay_s": args.restart_delay_s,
                                    "throughput_model": args.model}.items() if v is not None}
-    config = replace(world, **overrides)
+    config = world.with_options(**overrides)
     if args.out:
         check_out_dir(args.out)
     if args.sia_philly and config.sia_philly_work:
@@ -221,14 +222,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_record(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     from schedlab.policies import make_policy
-    from schedlab.replay.engine import WORLDS, replay
+    from schedlab.replay.engine import replay
+    from schedlab.replay.world import WORLDS
     from schedlab.traces import load_workload, trace_jobs
     from schedlab.workbench import recorder
 
-    config = replace(WORLDS["pollux"], **({"num_nodes": args.nodes} if args.nodes else {}))
+    config = WORLDS["pollux"].with_options(**({"num_nodes": args.nodes} if args.nodes else {}))
     jobs = trace_jobs(load_workload(args.workload))
     try:
         sink = open(args.out, "w")
@@ -394,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--days", type=_number(float, 0.0, low_open=True), default=None,
                     help="with --trace: the window's length (default: to the end)")
     rp.add_argument("--world", default="pollux",
-                    help="the simulated world (replay.engine.WORLDS): pollux (the Pollux artifact's), pal (PAL's "
+                    help="the simulated world (replay.world.WORLDS): pollux (the Pollux artifact's), pal (PAL's "
                          "simulator), variability (pollux on PAL's measured GPUs and 4 racks)")
     rp.add_argument("--policy", required=True,
                     help="a policy of the registry, e.g. pollux, icefrog, tiresias, ones (an unknown name lists all)")

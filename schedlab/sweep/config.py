@@ -2,7 +2,7 @@
 
     [sweep]
     name = "pollux-artifact"        # default output folder: results/<name>
-    world = "pollux"                # the world's defaults (replay.engine.WORLDS): pollux, pal, variability
+    world = "pollux"                # the world's defaults (replay.world.WORLDS): pollux, pal, variability
     baseline = "tiresias"           # policy label the report compares against
     metric = "mean_jct_s"           # the report's headline metric
 
@@ -56,10 +56,11 @@ from schedlab.clusters import VARIABILITY
 from schedlab.errors import ConfigError
 from schedlab.policies import make_policy
 from schedlab.policies.placement import QUEUE_ORDERS
-from schedlab.replay.engine import WORLDS
+from schedlab.replay.view import THROUGHPUT_MODELS
+from schedlab.replay.world import WORLDS
 from schedlab.traces import WORKS
 
-# grid axis -> the ReplayConfig field it sets; its default is the world's own value
+# grid axis -> the ReplayConfig option it sets (ReplayConfig.with_options); its default is the world's own value
 WORLD_AXES = {"nodes": "num_nodes", "gpus_per_node": "gpus_per_node", "round_s": "round_s",
               "across_node": "across_node_factor", "racks": "racks", "uplink_gbps": "uplink_gbps",
               "variability": "variability", "work": "sia_philly_work"}
@@ -71,7 +72,7 @@ SECTIONS = {
     "traces": {"workloads", "sia_philly", "synthetic", "philly", "max_jobs"},
     "grid": {"policies", *RUN_DEFAULTS, *WORLD_AXES, *POLICY_AXES},
 }
-MODELS = ("policy", "online", "oracle")
+MODELS = {"policy": None} | {name: name for name in THROUGHPUT_MODELS}  # grid.model -> ReplayConfig.throughput_model
 SAMPLER_KEYS = {"synthetic": {"jobs", "jobs_per_hour", "mix"}, "philly": {"jobs", "start_hour", "duration_h"}}
 
 
@@ -151,7 +152,8 @@ def parse_sweep(text: str, source: str = "sweep config",
     world = head.get("world", "pollux")
     if world not in WORLDS:
         raise where.error("world", f"sweep.world {world!r}: use one of {', '.join(WORLDS)}")
-    defaults = RUN_DEFAULTS | {axis: [getattr(WORLDS[world], field)] for axis, field in WORLD_AXES.items()}
+    options = WORLDS[world].options()
+    defaults = RUN_DEFAULTS | {axis: [options[field]] for axis, field in WORLD_AXES.items()}
     defaults |= {axis: grid[axis] for axis in POLICY_AXES if axis in grid}
     traces = _traces(traces_raw, where)
     policies = _policies(grid.get("policies"), where)

@@ -19,7 +19,6 @@ import time
 import traceback
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +28,11 @@ import pandas as pd
 from schedlab import __version__
 from schedlab.errors import ConfigError
 from schedlab.policies import make_policy
-from schedlab.replay.engine import WORLDS, ReplayConfig, one_blas_thread, replay
+from schedlab.replay.engine import one_blas_thread, replay
 from schedlab.replay.jobs import TraceJob
+from schedlab.replay.world import WORLDS, ReplayConfig
 from schedlab.state import FreezePenalty
-from schedlab.sweep.config import POLICY_AXES, WORLD_AXES, Sweep, cell_key, trace_label
+from schedlab.sweep.config import MODELS, POLICY_AXES, WORLD_AXES, Sweep, cell_key, trace_label
 from schedlab.traces import (
     load_sia_philly,
     load_workload,
@@ -49,11 +49,10 @@ TIMING_KEYS = ("solve_p50_ms", "solve_p95_ms", "solve_max_ms")  # vary run to ru
 
 def cell_config(cell: dict[str, Any]) -> ReplayConfig:
     """The cell's world: its world's ReplayConfig with the cell's axes (sweep.config.WORLD_AXES)."""
-    return replace(WORLDS[cell["world"]], **{field: cell[axis] for axis, field in WORLD_AXES.items()},
-                   throughput_model=None if cell["model"] == "policy" else cell["model"],
-                   freeze_opt_in=cell["opt_in"], freeze_budget=cell["budget"], freeze_seed=cell["seed"],
-                   freeze_penalty=FreezePenalty(scale=FreezePenalty().scale * cell["penalty_scale"]),
-                   cluster_seed=cell["seed"])
+    return WORLDS[cell["world"]].with_options(
+        **{field: cell[axis] for axis, field in WORLD_AXES.items()}, throughput_model=MODELS[cell["model"]],
+        freeze_opt_in=cell["opt_in"], freeze_budget=cell["budget"], freeze_seed=cell["seed"],
+        freeze_penalty=FreezePenalty(scale=FreezePenalty().scale * cell["penalty_scale"]), seed=cell["seed"])
 
 
 def build_jobs(cell: dict[str, Any], config: ReplayConfig) -> tuple[TraceJob, ...]:
