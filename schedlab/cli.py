@@ -142,14 +142,6 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from schedlab.policies import make_policy
     from schedlab.replay.engine import check_out_dir, replay, write_outputs
     from schedlab.replay.world import WORLDS
-    from schedlab.traces import (
-        load_sia_philly,
-        load_workload,
-        philly_trace_workload,
-        sia_philly_jobs,
-        trace_jobs,
-        workload_from_sia_philly,
-    )
 
     if args.world not in WORLDS:
         return _fail(f"--world {args.world!r}: use one of {', '.join(WORLDS)}")
@@ -160,20 +152,12 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     config = world.with_options(**overrides)
     if args.out:
         check_out_dir(args.out)
-    if args.sia_philly and config.sia_philly_work:
-        jobs = sia_philly_jobs(load_sia_philly(args.sia_philly), config.sia_philly_work)
-    elif args.sia_philly:
-        jobs = trace_jobs(workload_from_sia_philly(load_sia_philly(args.sia_philly), np.random.default_rng(0)))
-    elif args.trace:
-        jobs = trace_jobs(philly_trace_workload(np.random.default_rng(0), args.start_day, args.days))
-    else:
-        jobs = trace_jobs(load_workload(args.workload))
-    # the horizon follows the trace: the world's drain time after the last submission
-    config = replace(config, horizon_s=max(config.horizon_s, max(j.submit_s for j in jobs) + config.horizon_s))
+    spec = _trace_spec(args)
+    jobs = spec.replay_jobs(config, np.random.default_rng(0))
+    config = replace(config, horizon_s=spec.horizon_s(jobs, config))
     policy = make_policy(args.policy)
-    name = args.workload or args.sia_philly or f"{args.trace} (day {args.start_day:g}, {args.days or 'all'} days)"
     with tqdm(total=len(jobs), unit="job", disable=args.quiet, file=sys.stderr,
-              desc=f"{args.policy} on {name}") as bar:
+              desc=f"{args.policy} on {spec.title}") as bar:
         def on_round(now_s: float, done: int) -> None:
             bar.update(done - bar.n)
             bar.set_postfix_str(f"t={now_s / 3600:.1f} h", refresh=False)
@@ -187,6 +171,15 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         for k, v in result.summary.items():
             print(f"{k:18s} {v:.4g}" if isinstance(v, float) else f"{k:18s} {v}")
     return 0
+
+
+def _trace_spec(args: argparse.Namespace) -> Any:
+    """The trace the replay flags name (one of them is set: argparse's exclusive group)."""
+    from schedlab.trace_specs import PhillyTrace, SiaPhillyTrace, WorkloadTrace
+
+    flags = {"workload": lambda: WorkloadTrace(args.workload), "sia_philly": lambda: SiaPhillyTrace(args.sia_philly),
+             "trace": lambda: PhillyTrace(args.start_day, args.days)}
+    return next(spec() for flag, spec in flags.items() if getattr(args, flag))
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -222,14 +215,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_record(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from schedlab.policies import make_policy
     from schedlab.replay.engine import replay
     from schedlab.replay.world import WORLDS
-    from schedlab.traces import load_workload, trace_jobs
+    from schedlab.trace_specs import WorkloadTrace
     from schedlab.workbench import recorder
 
     config = WORLDS["pollux"].with_options(**({"num_nodes": args.nodes} if args.nodes else {}))
-    jobs = trace_jobs(load_workload(args.workload))
+    jobs = WorkloadTrace(args.workload).replay_jobs(config, np.random.default_rng(0))
     try:
         sink = open(args.out, "w")
     except OSError as exc:

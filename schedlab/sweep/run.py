@@ -33,15 +33,7 @@ from schedlab.replay.jobs import TraceJob
 from schedlab.replay.world import WORLDS, ReplayConfig
 from schedlab.state import FreezePenalty
 from schedlab.sweep.config import MODELS, POLICY_AXES, WORLD_AXES, Sweep, cell_key, trace_label
-from schedlab.traces import (
-    load_sia_philly,
-    load_workload,
-    philly_workload,
-    sia_philly_jobs,
-    synthetic_workload,
-    trace_jobs,
-    workload_from_sia_philly,
-)
+from schedlab.trace_specs import trace_spec
 
 ENGINES = ("local", "dask")
 TIMING_KEYS = ("solve_p50_ms", "solve_p95_ms", "solve_max_ms")  # vary run to run; all else is exact
@@ -56,32 +48,10 @@ def cell_config(cell: dict[str, Any]) -> ReplayConfig:
 
 
 def build_jobs(cell: dict[str, Any], config: ReplayConfig) -> tuple[TraceJob, ...]:
-    """The cell's trace as jobs, sampled with the cell's seed, its first max_jobs, scaled by load.
-    A Sia-Philly trace is jobs of fixed work where the world says so (sia_philly_work)."""
-    trace, rng = cell["trace"], np.random.default_rng(cell["seed"])
-    if trace["kind"] == "sia_philly" and config.sia_philly_work:
-        raw = _first_jobs_at_load(load_sia_philly(trace["name"]), "submit_time", cell)
-        return sia_philly_jobs(raw, config.sia_philly_work)
-    return trace_jobs(_first_jobs_at_load(build_workload(cell, rng), "time", cell))
-
-
-def build_workload(cell: dict[str, Any], rng: np.random.Generator) -> pd.DataFrame:
-    """The cell's trace as a Pollux workload."""
-    trace = cell["trace"]
-    if trace["kind"] == "workload":
-        return load_workload(trace["name"])
-    if trace["kind"] == "sia_philly":
-        return workload_from_sia_philly(load_sia_philly(trace["name"]), rng)
-    if trace["kind"] == "synthetic":
-        return synthetic_workload(trace["jobs"], trace["jobs_per_hour"], rng, trace.get("mix"))
-    return philly_workload(trace["jobs"], rng, trace.get("start_hour", 2), trace.get("duration_h", 8))
-
-
-def _first_jobs_at_load(df: pd.DataFrame, time_col: str, cell: dict[str, Any]) -> pd.DataFrame:
-    """The cell's first max_jobs jobs by submit time (all if unset), submit times / load."""
-    if cell["max_jobs"]:
-        df = df.sort_values(time_col, kind="stable").head(cell["max_jobs"])
-    return df.assign(**{time_col: df[time_col] / cell["load"]})
+    """The cell's trace as jobs (trace_specs), sampled with the cell's seed, its first max_jobs,
+    scaled by load, read as the world reads it; the world's horizon stays as it is."""
+    rng = np.random.default_rng(cell["seed"])
+    return trace_spec(cell["trace"]).replay_jobs(config, rng, cell["max_jobs"], cell["load"])
 
 
 def make_cell_policy(cell: dict[str, Any]):
