@@ -2,8 +2,8 @@
 
 A TraceSpec names a trace and how to sample it; `spec.replay_jobs(config, rng)` loads it as the
 replay's jobs (schedlab.traces does the reading), `spec.horizon_s(jobs, config)` is the horizon
-rule of `schedlab replay`: the world's horizon counted from the last submission, so a
-trace longer than the horizon (the Philly trace spans 109 days) drains. Sweeps
+rule of `schedlab replay` and `schedlab.replay`: the world's horizon counted from the last
+submission, so a trace longer than the horizon (the Philly trace spans 109 days) drains. Sweeps
 keep the world's horizon as it is, as they always have. TRACE_KINDS maps a kind (a sweep cell's
 trace["kind"]) to its spec; `trace_spec(cell["trace"])` builds one.
 
@@ -15,6 +15,9 @@ trace["kind"]) to its spec; `trace_spec(cell["trace"])` builds one.
     philly        PhillySample(jobs)                    sampled from the Philly trace as Pollux's generator
     philly_trace  PhillyTrace(start_day, days)          the Philly trace at its real timestamps
 
+FrameTrace(frame) holds a Pollux-format DataFrame; as_trace_spec turns what a user hands
+schedlab.replay (a spec, a name or path, a DataFrame) into a spec.
+
 Any spec's `replay_jobs` takes the first `max_jobs` jobs by submit time and divides their submit times by
 `load` (the artifact's jobload).
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
+from functools import singledispatch
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -41,11 +45,12 @@ from schedlab.traces import (
     sia_philly_jobs,
     synthetic_workload,
     trace_jobs,
+    validate_workload,
     workload_from_sia_philly,
 )
 
-__all__ = ["TRACE_KINDS", "PhillySample", "PhillyTrace", "SiaPhillyTrace", "SyntheticTrace", "TraceSpec", "WorkloadTrace",
-           "spec_fields", "trace_spec"]
+__all__ = ["TRACE_KINDS", "FrameTrace", "PhillySample", "PhillyTrace", "SiaPhillyTrace", "SyntheticTrace", "TraceSpec",
+           "WorkloadTrace", "as_trace_spec", "spec_fields", "trace_spec"]
 
 
 def _first_jobs_at_load(df: pd.DataFrame, time_col: str, max_jobs: int | None, load: float) -> pd.DataFrame:
@@ -213,6 +218,23 @@ class PhillyTrace(TraceSpec):
         return philly_trace_workload(rng, self.start_day, self.days)
 
 
+@dataclass(frozen=True, eq=False)
+class FrameTrace(TraceSpec):
+    """A Pollux-format workload given as a DataFrame (checked as a CSV would be)."""
+
+    frame: pd.DataFrame
+    kind: ClassVar[str] = "frame"
+
+    @property
+    def label(self) -> str:
+        """workload (N jobs)."""
+        return f"workload ({len(self.frame)} jobs)"
+
+    def workload(self, rng: np.random.Generator) -> pd.DataFrame:
+        """The frame, checked and sorted by submit time (traces.validate_workload)."""
+        return validate_workload(self.frame)
+
+
 TRACE_KINDS: dict[str, type[TraceSpec]] = {
     cls.kind: cls for cls in (WorkloadTrace, SiaPhillyTrace, SyntheticTrace, PhillySample, PhillyTrace)
 }
@@ -237,3 +259,26 @@ def trace_spec(raw: Mapping[str, Any]) -> TraceSpec:
                           f"({', '.join(sorted(required))} required)")
     return TRACE_KINDS[kind](**params)
 
+
+@singledispatch
+def as_trace_spec(trace: Any) -> TraceSpec:
+    """A TraceSpec from what a user hands schedlab.replay: a spec, a shipped workload's name or a
+    CSV path, or a Pollux-format DataFrame."""
+    raise ConfigError(f"trace {trace!r}: give a TraceSpec (schedlab.trace_specs), a workload name or CSV path, "
+                      "or a DataFrame with the columns name, time, application, num_replicas, batch_size")
+
+
+@as_trace_spec.register
+def _(trace: TraceSpec) -> TraceSpec:
+    return trace
+
+
+@as_trace_spec.register(str)
+@as_trace_spec.register(Path)
+def _(trace: str | Path) -> TraceSpec:
+    return WorkloadTrace(str(trace))
+
+
+@as_trace_spec.register
+def _(trace: pd.DataFrame) -> TraceSpec:
+    return FrameTrace(trace)

@@ -41,37 +41,29 @@ def replay_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    """Replay a trace under a policy (trace_specs); print the summary, write the outputs."""
-    from dataclasses import replace
-
-    import numpy as np
+    """Replay a trace under a policy (replay_api.setup); print the summary, write the outputs."""
     from tqdm import tqdm
 
     from schedlab.io import json_text
-    from schedlab.policies import make_policy
-    from schedlab.replay.engine import check_out_dir, replay, write_outputs
+    from schedlab.replay.engine import check_out_dir, write_outputs
     from schedlab.replay.world import WORLDS
+    from schedlab.replay_api import setup
 
     if args.world not in WORLDS:
         return fail(f"--world {args.world!r}: use one of {', '.join(WORLDS)}")
-    world = WORLDS[args.world]
-    overrides = {k: v for k, v in {"num_nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
-                                   "round_s": args.round_s, "restart_delay_s": args.restart_delay_s,
-                                   "throughput_model": args.model}.items() if v is not None}
-    config = world.with_options(**overrides)
+    options = {k: v for k, v in {"num_nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
+                                 "round_s": args.round_s, "restart_delay_s": args.restart_delay_s,
+                                 "throughput_model": args.model}.items() if v is not None}
     if args.out:
         check_out_dir(args.out)
-    spec = _trace_spec(args)
-    jobs = spec.replay_jobs(config, np.random.default_rng(0))
-    config = replace(config, horizon_s=spec.horizon_s(jobs, config))
-    policy = make_policy(args.policy)
-    with tqdm(total=len(jobs), unit="job", disable=args.quiet, file=sys.stderr,
-              desc=f"{args.policy} on {spec.title}") as bar:
+    run = setup(_trace_spec(args), args.policy, args.world, **options)
+    with tqdm(total=len(run.jobs), unit="job", disable=args.quiet, file=sys.stderr,
+              desc=f"{args.policy} on {run.title}") as bar:
         def on_round(now_s: float, done: int) -> None:
             bar.update(done - bar.n)
             bar.set_postfix_str(f"t={now_s / 3600:.1f} h", refresh=False)
 
-        result = replay(jobs, policy, config, on_round=on_round)
+        result = run.run(on_round)
     if args.out:
         write_outputs(result, args.out)
     if args.json:

@@ -76,8 +76,8 @@ class World:
 class ReplayConfig:
     """A replay's world: its cluster and its semantics (module docstring).
 
-    `with_options` sets fields of either by name: `WORLDS["pal"].with_options(num_nodes=4,
-    round_s=60.0)`.
+    `with_options` sets fields of either by name, as `schedlab.replay(..., **options)` takes
+    them: `WORLDS["pal"].with_options(num_nodes=4, round_s=60.0)`.
     """
 
     cluster: ClusterSpec = ClusterSpec(gpu_type=POLLUX_GPU_TYPE)

@@ -95,7 +95,7 @@ def cell_key(cell: dict[str, Any]) -> str:
 
 # What cannot change a cell's result: the interfaces and the presentation (a reworded report keeps
 # the cells); everything else under schedlab/, code and data, is in the hash.
-NOT_IN_SOURCE_HASH = ("cli/", "serve.py", "workbench.py", "bench.py", "sweep/report.py", "experiments/")
+NOT_IN_SOURCE_HASH = ("cli/", "replay_api.py", "serve.py", "workbench.py", "bench.py", "sweep/report.py", "experiments/")
 
 
 @cache
