@@ -7,13 +7,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import replace
 
 import numpy as np
 
 from schedlab.io import json_text
 from schedlab.policies import make_policy
-from schedlab.replay.engine import WORLDS, replay
+from schedlab.replay.engine import replay
+from schedlab.replay.world import WORLDS
 from schedlab.traces import load_workload, philly_workload, trace_jobs
 
 
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the goodput policies' relative MIP gap (default: theirs, 1e-4)")
     args = parser.parse_args(argv)
     workload = philly_workload(args.jobs, np.random.default_rng(0)) if args.jobs else load_workload(args.workload)
-    config = replace(WORLDS["pollux"], num_nodes=args.nodes)
+    config = WORLDS["pollux"].with_options(num_nodes=args.nodes)
     t0 = time.process_time()
     params = {"settings": {"mip_gap": args.mip_gap}} if args.mip_gap is not None else None
     result = replay(trace_jobs(workload), make_policy(args.policy, params), config)

@@ -47,6 +47,9 @@ VARIABILITY: dict[str, Callable[[list[str], np.random.Generator, int], tuple[Slo
 
 @dataclass(frozen=True)
 class ClusterSpec:
+    """A simulated cluster: its shape, GPU type, racks and links, PAL's flat across-node factor,
+    GPU variability (a key of VARIABILITY) and the seed of its draws; checked when made."""
+
     num_nodes: int = 16
     gpus_per_node: int = 4
     gpu_type: str = "default"

@@ -18,7 +18,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Protocol, TextIO, runtime_checkable
 
 import numpy as np
 import pandas as pd
@@ -26,16 +26,25 @@ import pandas as pd
 from schedlab.api import solve_round
 from schedlab.errors import ConfigError, InputError
 from schedlab.io import json_text, load_json, round_input_to_dict, spreadsheet_safe, text_table
-from schedlab.policies.goodput import GoodputPolicy
+from schedlab.policies.base import Policy
 from schedlab.state import JobAllocation, RoundInput, RoundResult
+
+
+@runtime_checkable
+class RoundModelPolicy(Policy, Protocol):
+    """A policy that solves a round model: it says which round (round_for) it hands solve_round."""
+
+    def round_for(self, round_input: RoundInput) -> RoundInput:
+        """The round this policy's model solves."""
+        ...
 
 
 @dataclass
 class Recorder:
-    """A goodput-family policy that also writes each round it solves (the first `limit` with
-    jobs) to `sink`: the replay's decisions are the policy's own."""
+    """A round-model policy that also writes each round it solves (the first `limit` with jobs)
+    to `sink`: the replay's decisions are the policy's own."""
 
-    policy: GoodputPolicy
+    policy: RoundModelPolicy
     sink: TextIO
     limit: int
     written: int = 0
@@ -60,8 +69,9 @@ class Recorder:
         return solve_round(solved)
 
 
-def recorder(policy: Any, sink: TextIO, limit: int) -> Recorder:
-    if not isinstance(policy, GoodputPolicy):
+def recorder(policy: Policy, sink: TextIO, limit: int) -> Recorder:
+    """`policy` recording its rounds to `sink`; only a policy that declares its round model can."""
+    if not isinstance(policy, RoundModelPolicy):
         raise ConfigError(f"--policy {policy.name}: records only the round-model policies (pollux, sia, joint, icefrog, "
                           "static_freeze): the others solve no round model")
     return Recorder(policy, sink, limit)

@@ -120,16 +120,16 @@ def test_cli_names_bad_batch_sizes():
 
 def test_a_calibrated_table_is_the_replays_ground_truth(tiny, tmp_path):
     from schedlab.policies import make_policy
-    from schedlab.replay.engine import ReplayConfig, replay
+    from schedlab.replay.engine import replay
+    from schedlab.replay.world import ReplayConfig
     from schedlab.traces import synthetic_workload, trace_jobs
 
     frame = table_frame([m for m in tiny if m.frozen_groups == 0])
     table = measured_table(frame, "tiny-mlp")
     jobs = trace_jobs(synthetic_workload(3, 40.0, np.random.default_rng(0), mix={"ncf": 1}))
-    base = ReplayConfig(num_nodes=2, gpus_per_node=4)
+    base = ReplayConfig().with_options(num_nodes=2, gpus_per_node=4)
     shipped = replay(jobs, make_policy("pollux"), base).summary["mean_jct_s"]
-    calibrated = replay(jobs, make_policy("pollux"), ReplayConfig(num_nodes=2, gpus_per_node=4,
-                                                                  calibration=(("ncf", table),))).summary["mean_jct_s"]
+    calibrated = replay(jobs, make_policy("pollux"), base.with_options(calibration=(("ncf", table),))).summary["mean_jct_s"]
     assert np.isfinite(calibrated) and calibrated != pytest.approx(shipped, rel=1e-3)
 
 

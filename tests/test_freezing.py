@@ -25,7 +25,8 @@ from schedlab.models.freezing import (
     penalty,
 )
 from schedlab.policies import make_policy
-from schedlab.replay.engine import ReplayConfig, replay
+from schedlab.replay.engine import replay
+from schedlab.replay.world import ReplayConfig
 from schedlab.state import FreezePenalty, FreezeSpec
 from schedlab.traces import synthetic_workload, trace_jobs
 
@@ -140,7 +141,7 @@ def test_application_profiles_cover_the_pollux_workloads():
 @pytest.fixture(scope="module")
 def freeze_replays():
     jobs = trace_jobs(synthetic_workload(12, 40.0, np.random.default_rng(3), mix={"cifar10": 1, "ncf": 1}))
-    config = ReplayConfig(num_nodes=4, gpus_per_node=4, freeze_opt_in=1.0, horizon_s=3 * 3600.0)
+    config = ReplayConfig().with_options(num_nodes=4, gpus_per_node=4, freeze_opt_in=1.0, horizon_s=3 * 3600.0)
     return {name: replay(jobs, make_policy(name), config) for name in ("pollux", "icefrog", "static_freeze")}
 
 
@@ -157,7 +158,7 @@ def test_static_schedule_ignores_budgets(freeze_replays):
 
 def test_opt_in_fraction_is_seeded():
     jobs = trace_jobs(synthetic_workload(10, 40.0, np.random.default_rng(1), mix={"cifar10": 1}))
-    config = ReplayConfig(num_nodes=2, gpus_per_node=4, freeze_opt_in=0.5, horizon_s=600.0)
+    config = ReplayConfig().with_options(num_nodes=2, gpus_per_node=4, freeze_opt_in=0.5, horizon_s=600.0)
     a = replay(jobs, make_policy("icefrog"), config).jobs
     b = replay(jobs, make_policy("icefrog"), config).jobs
     assert a.freeze_budget.notna().sum() == 5

@@ -4,17 +4,16 @@ cut, completion at a round's end)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pandas as pd
 import pytest
 
 from schedlab.errors import ConfigError
 from schedlab.policies import make_policy
-from schedlab.replay.engine import PAL_WORLD, ReplayConfig, replay
+from schedlab.replay.engine import replay
+from schedlab.replay.world import PAL_WORLD, ReplayConfig
 from schedlab.traces import ITERATION_S, load_sia_philly, sia_philly_jobs, work_s
 
-SMALL_PAL = replace(PAL_WORLD, num_nodes=4, gpus_per_node=4)
+SMALL_PAL = PAL_WORLD.with_options(num_nodes=4, gpus_per_node=4)
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +33,7 @@ def test_capacity_completion_and_speed_bounds(trace, placement):
 
 def test_same_seed_same_result_and_the_seed_matters(trace):
     def jct(seed: int) -> list[float]:
-        config = replace(SMALL_PAL, cluster_seed=seed)
+        config = SMALL_PAL.with_options(seed=seed)
         return replay(sia_philly_jobs(trace), make_policy("random", {"seed": seed}), config).jobs.jct_s.tolist()
 
     assert jct(1) == jct(1)
@@ -47,11 +46,11 @@ def test_bad_settings_are_named(trace):
     with pytest.raises(ConfigError, match="unknown policy 'best'"):
         make_policy("best")
     with pytest.raises(ConfigError, match="needs .* GPUs, the cluster has 4"):
-        replay(sia_philly_jobs(trace), make_policy("pal"), replace(PAL_WORLD, num_nodes=1))
+        replay(sia_philly_jobs(trace), make_policy("pal"), PAL_WORLD.with_options(num_nodes=1))
     with pytest.raises(ConfigError, match="work 'epochs'"):
         sia_philly_jobs(trace, "epochs")
     with pytest.raises(ConfigError, match="variability 'raw'"):
-        ReplayConfig(variability="raw").check()
+        ReplayConfig().with_options(variability="raw")
     odd = pd.DataFrame({"job_id": [0], "num_gpus": [1], "submit_time": [0], "duration": [10], "model": ["lstm"]})
     with pytest.raises(ConfigError, match="model 'lstm' has no iteration time.*work='seconds'"):
         sia_philly_jobs(odd)
@@ -62,7 +61,7 @@ def lone(model: str, duration: float) -> pd.DataFrame:
 
 
 def test_duration_counts_iterations_and_a_job_ends_with_its_round():
-    config = replace(PAL_WORLD, num_nodes=1)
+    config = PAL_WORLD.with_options(num_nodes=1)
     jct = replay(sia_philly_jobs(lone("vgg19", 10_000)), make_policy("pal"), config).jobs.jct_s.iloc[0]
     work = 10_000 * ITERATION_S["vgg19"]  # 3,006 s, not 10,000
     assert work == work_s("vgg19", 10_000)
@@ -77,7 +76,7 @@ def test_the_queue_stops_at_the_first_job_that_does_not_fit_unless_backfilled():
     # waits (PAL's cut) or runs beside the first (backfill).
     trace = pd.DataFrame({"job_id": [0, 1, 2], "num_gpus": [3, 2, 1], "submit_time": [0, 1, 2],
                           "duration": [20_000, 1_000, 1_000], "model": ["vgg19"] * 3})
-    config = replace(PAL_WORLD, num_nodes=1)
+    config = PAL_WORLD.with_options(num_nodes=1)
     jobs = sia_philly_jobs(trace)
     cut = replay(jobs, make_policy("packed_sticky"), config).jobs.set_index("name").jct_s
     backfilled = replay(jobs, make_policy("packed_sticky", {"backfill": True}), config).jobs.set_index("name").jct_s

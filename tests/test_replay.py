@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 from schedlab.errors import ConfigError
 from schedlab.models.efficiency import best_batch
 from schedlab.policies import POLICIES, make_policy
-from schedlab.replay.engine import ReplayConfig, replay
+from schedlab.replay.engine import replay
 from schedlab.replay.jobs import JobAgent, JobState, TraceJob, advance, isolated_time_s, reallocate
 from schedlab.replay.truth import application_truth
+from schedlab.replay.world import WORLDS, ReplayConfig
 from schedlab.state import GpuRef
 from schedlab.traces import (
     load_philly,
@@ -40,7 +41,7 @@ def small_jobs():
     return trace_jobs(synthetic_workload(14, 40.0, np.random.default_rng(3), mix=SMALL_MIX))
 
 
-SMALL = ReplayConfig(num_nodes=4, gpus_per_node=4)
+SMALL = WORLDS["pollux"].with_options(num_nodes=4, gpus_per_node=4)
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +72,8 @@ def test_jct_at_least_the_isolated_best_case(small_results, small_jobs, policy):
     jobs = small_results[policy].jobs.set_index("name")
     for job in small_jobs:
         truth = application_truth(job.application)
-        placements = {tuple(sorted(p)) for p in _partitions(job.num_replicas, SMALL.gpus_per_node)
-                      if len(p) <= SMALL.num_nodes}
+        placements = {tuple(sorted(p)) for p in _partitions(job.num_replicas, SMALL.cluster.gpus_per_node)
+                      if len(p) <= SMALL.cluster.num_nodes}
         best = min(isolated_time_s(truth, p, job.batch_size) for p in placements)
         assert jobs.loc[job.name, "jct_s"] >= best + SMALL.restart_delay_s - 1e-6
 
@@ -240,11 +241,7 @@ def test_cli_replay_json(tmp_path):
 
 
 def test_a_world_with_variability_and_racks_slows_jobs_on_slow_gpus(small_jobs):
-    from dataclasses import replace
-
-    from schedlab.replay.engine import WORLDS
-
-    world = replace(WORLDS["variability"], num_nodes=4, gpus_per_node=4, racks=2)
+    world = WORLDS["variability"].with_options(num_nodes=4, gpus_per_node=4, racks=2)
     plain = replay(small_jobs, make_policy("pollux"), SMALL).summary
     for name in ("pollux", "joint", "pollux+pal", "tiresias+pal"):
         res = replay(small_jobs, make_policy(name), world)
@@ -257,7 +254,7 @@ def test_a_world_with_variability_and_racks_slows_jobs_on_slow_gpus(small_jobs):
 def test_a_job_that_can_never_fit_stops_the_replay_with_a_clear_error(policy):
     jobs = (TraceJob("big", "cifar10", 0.0, 8, 2048), TraceJob("small", "ncf", 0.0, 1, 32768))
     with pytest.raises(ConfigError, match=r"\(4 GPUs\) sat idle for 3 rounds .* big, asks for 8 GPUs"):
-        replay(jobs, make_policy(policy), ReplayConfig(num_nodes=1, gpus_per_node=4))
+        replay(jobs, make_policy(policy), ReplayConfig().with_options(num_nodes=1, gpus_per_node=4))
 
 
 def test_replay_outputs_quote_names_a_spreadsheet_would_run(tmp_path):

@@ -25,6 +25,10 @@ def test_import_loads_no_heavy_library():
     assert _loaded_after("import schedlab") == []
 
 
+def test_the_replay_entry_point_loads_on_its_first_call():
+    assert _loaded_after("import schedlab\nassert callable(schedlab.replay) and 'schedlab.replay_api' not in sys.modules") == []
+
+
 @pytest.mark.parametrize("solver", ["highs", "portfolio"])
 def test_a_round_on_the_array_path_loads_no_modelling_library(solver):
     loaded = _loaded_after(f"import schedlab, json\nr = schedlab.solve_round(json.loads(open({str(EXAMPLE)!r}).read()), "

@@ -1,29 +1,23 @@
 """Round-by-round replay of a workload under any policy of the registry.
 
 Each round (Pollux artifact semantics, simulator.py): every job advances `round_s` seconds under
-its current GPUs (replay.jobs.advance: exact epoch crossings and completion times, 30 s without
-progress after each start or move); then the policy is called with the jobs that have arrived
-and not finished, exactly as an embedding scheduler calls solve_round(): a RoundInput with the
-cluster, each job's current GPUs, age, restarts, its throughput model and gradient statistics,
-and the hints of baselines (requested GPUs, attained service, remaining steps). A job whose GPU
-set changes is reallocated. Jobs that arrive or finish inside a round wait for the next one.
+its current GPUs (its kind's advance, replay.kinds: exact epoch crossings and completion times,
+30 s without progress after each start or move); then the policy is called with the jobs that
+have arrived and not finished, exactly as an embedding scheduler calls solve_round(): a
+RoundInput with the cluster, each job's current GPUs, age, restarts, its throughput model and
+gradient statistics, and the hints of baselines (requested GPUs, attained service, remaining
+steps). A job whose GPU set changes is reallocated. Jobs that arrive or finish inside a round
+wait for the next one.
 
 What the policy sees of a job's speed is, by default, what a real scheduler would: a model
 fitted online to the configurations the job has run (`throughput_model="online"`, as Pollux
-does), with at most twice the GPUs it has been measured on (Pollux's exploration rule);
-"oracle" hands it the model fitted to the full measured tables (an ablation, and what the
-artifact's Optimus+Oracle assumes). NCF jobs of adaptive policies train on one GPU at batch
-32768, as the artifact pins them.
+does); "oracle" hands it the model fitted to the full measured tables (replay.view). How a job's
+batch is chosen is the policy's declared batch mode (replay.view.BATCH_MODES).
 
-One engine for every world. The world is data (ReplayConfig, WORLDS): the cluster's shape, racks
-and GPU variability (clusters.ClusterSpec; replay.world turns it into what jobs feel: a job's
-true step is the measured table's with compute x its slowest GPU's true factor for its class and
-sync x its spread's cost, while policies see only the cluster's tiers), the trace's jobs (Pollux
-workloads train until their completion epoch; Sia-Philly jobs in PAL's semantics carry a fixed
-work, TraceJob.work_s, done at 1 / (slowest factor x across-node factor) of full speed, times
-the measured scaling of a GPU count other than the requested one), and the semantics: round
-length, restart delay, when the first decision is taken, whether a job ends with its round.
-Every policy of the registry runs on every world; every round's answer is verified.
+One engine for every world. The world is data (replay.world: ReplayConfig, WORLDS): the cluster
+(what jobs feel of it: replay.world.World), the trace's jobs (Pollux workloads train until their
+completion epoch, Sia-Philly jobs in PAL's semantics carry a fixed work: replay.kinds), and the
+semantics. Every policy of the registry runs on every world; every round's answer is verified.
 
 Layer freezing (IceFrog-style, models.freezing): a seeded `freeze_opt_in` fraction of the jobs
 opt in with a penalty budget; the policy sees each one's progress, training length and budget
@@ -47,151 +41,44 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from schedlab.clusters import VARIABILITY, ClusterSpec, make_cluster
+from schedlab.clusters import make_cluster
 from schedlab.errors import ConfigError
 from schedlab.io import json_text, spreadsheet_safe
-from schedlab.models.freezing import DEFAULT_BUDGET, layer_profile
-from schedlab.models.profiles import POLLUX_GPU_TYPE, shipped_profiles
-from schedlab.models.throughput import MeasuredTable
+from schedlab.models.freezing import layer_profile
 from schedlab.policies.base import Policy
-from schedlab.replay.jobs import (
-    Freezing,
-    JobAgent,
-    JobState,
-    TraceJob,
-    advance,
-    advance_work,
-    isolated_time_s,
-    reallocate,
-    remaining_steps,
-)
+from schedlab.replay.jobs import Freezing, JobAgent, JobState, StepScale, TraceJob, reallocate
+from schedlab.replay.kinds import JobRun, job_kind
 from schedlab.replay.metrics import summarize
-from schedlab.replay.truth import ApplicationTruth, application_truth, calibrated_truth
-from schedlab.replay.world import World
-from schedlab.state import FreezePenalty, FreezeSpec, GradStats, JobSpec, RoundInput, ThroughputParams, variability_class
-from schedlab.traces import WORKS
+from schedlab.replay.truth import application_truth, calibrated_truth
+from schedlab.replay.view import BatchMode, batch_mode, job_spec
+from schedlab.replay.world import WORLDS, ReplayConfig, World
+from schedlab.state import JobSpec, RoundInput, variability_class
 from schedlab.verify import verify
 
-# What a job's model says before it has measured anything: Pollux's initial parameter guess
-# and gradient statistics that make larger batches worth nothing (gain 1).
-PRIOR_PARAMS = ThroughputParams(0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1.0)
-PRIOR_GRAD = GradStats(sqr=1.0, var=0.0)
-PINNED_ADAPTIVE = {"ncf": (1, 32768)}  # application -> (GPUs, total batch) under adaptive policies
-MAX_REPLICAS = 64  # the artifact's simulator cap
-
-
-@dataclass(frozen=True)
-class ReplayConfig:
-    num_nodes: int = 16
-    gpus_per_node: int = 4
-    round_s: float = 60.0
-    restart_delay_s: float = 30.0
-    throughput_model: str | None = None  # None: the policy's own choice; "online" or "oracle"
-    horizon_s: float = 60 * 86400.0  # stop here and report the jobs still running
-    freeze_opt_in: float = 0.0  # fraction of jobs that opt in to layer freezing
-    freeze_budget: float = DEFAULT_BUDGET  # each opted-in job's accuracy-penalty budget
-    freeze_penalty: FreezePenalty = FreezePenalty()
-    freeze_seed: int = 0  # which jobs opt in
-    # application -> MeasuredTable from a calibration table (calibrate.table.measured_table):
-    # that application's true step times; its gradient statistics stay Pollux's
-    calibration: tuple[tuple[str, MeasuredTable], ...] = ()
-    # the cluster (clusters.ClusterSpec): racks and links, PAL's flat penalty, GPU variability
-    racks: int = 0
-    node_gbps: float = 100.0
-    uplink_gbps: float = 100.0
-    across_node_factor: float = 1.0
-    variability: str = "none"
-    cluster_seed: int = 0  # which measured GPUs the cluster draws, and PAL's k-means
-    # semantics: the first decision (None: one round in, as Pollux's simulator), and whether a
-    # job of fixed work is done at the end of the round it finishes in (PAL's simulator)
-    first_decision_s: float | None = None
-    finish_at_round_end: bool = False
-    # how this world reads a Sia-Philly trace (traces.sia_philly_jobs): jobs of fixed work,
-    # "iterations" or "seconds" of it per trace duration; None: a Pollux workload of the same arrivals
-    sia_philly_work: str | None = None
-
-    def check(self) -> None:
-        problems = [f"{k} must be > 0" for k in ("num_nodes", "gpus_per_node", "round_s", "horizon_s")
-                    if not getattr(self, k) > 0]
-        if self.variability not in VARIABILITY:
-            problems.append(f"variability {self.variability!r}: use one of {', '.join(VARIABILITY)}")
-        if self.racks < 0 or self.across_node_factor < 1 or self.node_gbps <= 0 or self.uplink_gbps <= 0:
-            problems.append("racks >= 0, across_node_factor >= 1, node_gbps and uplink_gbps > 0")
-        if self.sia_philly_work not in (None, *WORKS):
-            problems.append(f"sia_philly_work {self.sia_philly_work!r}: use one of {', '.join(WORKS)}")
-        if self.first_decision_s is not None and self.first_decision_s < 0:
-            problems.append("first_decision_s must be >= 0")
-        if not 0.0 <= self.freeze_opt_in <= 1.0:
-            problems.append(f"freeze_opt_in {self.freeze_opt_in} must be a fraction in [0, 1]")
-        if self.freeze_budget < 0:
-            problems.append("freeze_budget must be >= 0")
-        if self.restart_delay_s < 0:
-            problems.append("restart_delay_s must be >= 0")
-        if self.throughput_model not in (None, "online", "oracle"):
-            problems.append(f"throughput_model {self.throughput_model!r}: use online or oracle")
-        if problems:
-            raise ConfigError("replay config: " + "; ".join(problems))
-
-    @property
-    def total_gpus(self) -> int:
-        return self.num_nodes * self.gpus_per_node
-
-    def cluster_spec(self) -> ClusterSpec:
-        return ClusterSpec(self.num_nodes, self.gpus_per_node, POLLUX_GPU_TYPE, self.racks, self.node_gbps,
-                           self.uplink_gbps, self.across_node_factor, self.variability, self.cluster_seed)
-
-
-# PAL's simulator (Jain et al. SC'24, github.com/hal-uw/blox-pal) as a world: 360 s rounds, no
-# restart delay, every GPU at a measured Longhorn GPU's slowest run (policies see its tiers), a job
-# spanning nodes 1.7x slower, the first decision at 0 and completions at a round's end. Its traces
-# are Sia-Philly jobs of fixed work (traces.sia_philly_jobs); its queue (FIFO, the cut at the first
-# job that does not fit) belongs to the placement policies (policies.placement).
-PAL_WORLD = ReplayConfig(round_s=360.0, restart_delay_s=0.0, horizon_s=120 * 86400.0, across_node_factor=1.7,
-                         variability="measured", first_decision_s=0.0, finish_at_round_end=True,
-                         sia_philly_work="iterations")
-WORLDS: dict[str, ReplayConfig] = {
-    "pollux": ReplayConfig(),  # the Pollux artifact's simulator
-    "pal": PAL_WORLD,
-    # the Pollux world on PAL's measured variability and 4 racks with 2:1 oversubscribed uplinks
-    "variability": ReplayConfig(racks=4, uplink_gbps=50.0, variability="measured"),
-}
+__all__ = ["ReplayResult", "check_out_dir", "one_blas_thread", "replay", "write_outputs"]
 
 
 @dataclass(frozen=True)
 class ReplayResult:
-    jobs: pd.DataFrame  # one row per job
-    rounds: pd.DataFrame  # one row per scheduling round
+    """What a replay gives back.
+
+    Attributes
+    ----------
+    jobs
+        One row per job, in trace order: name, application, submit_s, completion_s (NaN if it
+        did not finish), jct_s, num_replicas and batch_size (its request), restarts,
+        attained_gpu_s, epochs_done, isolated_s and ftf (finish-time fairness), freeze_budget
+        and penalty_spent (layer freezing), app_class, work_s (jobs of fixed work).
+    rounds
+        One row per scheduling round: time_s, active_jobs, solve_ms, status, objective,
+        running_jobs, gpus_used.
+    summary
+        The metrics `schedlab replay` prints (replay.metrics.summarize, and freezing's).
+    """
+
+    jobs: pd.DataFrame
+    rounds: pd.DataFrame
     summary: dict
-
-
-@dataclass(frozen=True)
-class _JobRules:
-    """How a job is presented to this policy: its fixed batch (None: adaptive) and GPU cap."""
-
-    fixed_bsz: int | None
-    max_gpus: int | None  # None: Pollux's exploration rule
-
-
-def _rules(job: TraceJob, truth: ApplicationTruth, policy: Policy, total_gpus: int) -> _JobRules:
-    if job.work_s is not None:  # a job of fixed work trains at its batch, up to the GPUs it scales to
-        return _JobRules(job.batch_size, min(truth.max_bsz // truth.min_local_bsz, total_gpus))
-    if policy.batch_mode == "adaptive":
-        if job.application in PINNED_ADAPTIVE:
-            gpus, bsz = PINNED_ADAPTIVE[job.application]
-            return _JobRules(bsz, gpus)
-        return _JobRules(None, None)
-    if policy.batch_mode == "allocated":  # ONES: at most 4x the request
-        return _JobRules(None, min(4 * job.num_replicas, truth.max_bsz // truth.min_local_bsz, total_gpus))
-    cap = max(job.batch_size // truth.min_local_bsz, job.num_replicas)
-    return _JobRules(job.batch_size, min(cap, total_gpus))
-
-
-def _freeze_spec(state: JobState, truth: ApplicationTruth, freezing: Freezing | None) -> FreezeSpec | None:
-    if freezing is None:
-        return None
-    return FreezeSpec(groups=freezing.groups, progress=min(state.progress / truth.completion_progress, 1.0),
-                      total_steps=truth.completion_progress, budget_left=max(freezing.budget - state.penalty_spent, 0.0),
-                      penalty=freezing.penalty)
 
 
 def _opt_ins(jobs: tuple[TraceJob, ...], config: ReplayConfig) -> dict[str, Freezing]:
@@ -202,55 +89,7 @@ def _opt_ins(jobs: tuple[TraceJob, ...], config: ReplayConfig) -> dict[str, Free
             for i in sorted(picked)}
 
 
-def _job_spec(state: JobState, agent: JobAgent, truth: ApplicationTruth, rules: _JobRules, model: str,
-              now_s: float, total_gpus: int, freezing: Freezing | None = None) -> JobSpec:
-    job = state.job
-    if model == "oracle" or job.work_s is not None:
-        params = shipped_profiles()[job.application].params
-        grad = truth.grad_stats(state.total_bsz or truth.init_bsz, min(state.epoch, truth.max_epochs - 1))
-        explore_cap = MAX_REPLICAS
-    else:
-        params = agent.params or PRIOR_PARAMS
-        grad = state.grad or PRIOR_GRAD
-        explore_cap = max(2 * agent.max_profiled_replicas, 1)
-    cap = rules.max_gpus or min(explore_cap, MAX_REPLICAS, truth.max_bsz // truth.min_local_bsz)
-    return JobSpec(
-        id=job.name,
-        throughput={POLLUX_GPU_TYPE: params},
-        grad_stats=grad,
-        batch=truth.limits,
-        min_gpus=1,
-        max_gpus=min(cap, total_gpus),
-        current_gpus=state.gpus,
-        age_s=now_s - job.submit_s,
-        num_restarts=state.num_restarts,
-        fixed_bsz=rules.fixed_bsz,
-        application=job.application,
-        requested_gpus=job.num_replicas,
-        requested_bsz=job.batch_size,
-        attained_service_gpu_s=state.attained_gpu_s,
-        remaining_steps=(job.work_s - state.progress if job.work_s is not None
-                         else remaining_steps(state, truth, rules.fixed_bsz)),
-        freezing=_freeze_spec(state, truth, freezing),
-        app_class=job.app_class,
-    )
-
-
-def work_speed(state: JobState, truth: ApplicationTruth, world: World, gpus_per_node: int) -> float:
-    """Seconds of work per second of a job of fixed work on its GPUs: the measured scaling of its
-    GPU count against the requested one (1 at the request), over its slowest GPU's true factor and
-    the across-node factor."""
-    job, r = state.job, len(state.gpus)
-    scale = 1.0
-    if r != job.num_replicas:
-        packed = lambda n: tuple(min(gpus_per_node, n - k) for k in range(0, n, gpus_per_node))  # noqa: E731
-        scale = (truth.step_time_s(packed(job.num_replicas), truth.split_fixed_batch(job.batch_size, job.num_replicas))
-                 / truth.step_time_s(packed(r), truth.split_fixed_batch(job.batch_size, r)))
-    cls = variability_class(job.application, job.app_class)
-    return scale / (world.slowest(state.gpus, cls) * world.spread_factor(state.gpus))
-
-
-def _step_scale(world: World, app_class: str):
+def _step_scale(world: World, app_class: str) -> StepScale | None:
     """(tau, sync scale, across-node factor) of a world's GPUs for the epoch model; None where the
     world changes nothing (so plain replays keep the measured times bit for bit)."""
     if world.plain:
@@ -258,9 +97,28 @@ def _step_scale(world: World, app_class: str):
     return lambda gpus: (world.slowest(gpus, app_class), world.sync_scale(gpus), world.spread_factor(gpus))
 
 
-def replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig = ReplayConfig(),
+def _job_runs(jobs: tuple[TraceJob, ...], mode: BatchMode, config: ReplayConfig, world: World,
+              throughput_model: str) -> dict[str, JobRun]:
+    """Each job's kind, truth, rules, agent, model view, opt-in and step scale, fixed for the replay."""
+    calibrated = dict(config.calibration)
+    freezing = _opt_ins(jobs, config)
+    runs = {}
+    for job in jobs:
+        kind = job_kind(job)
+        kind.check_fits(job, config.total_gpus)
+        truth = (calibrated_truth(job.application, calibrated[job.application]) if job.application in calibrated
+                 else application_truth(job.application))
+        rules = kind.rules(job, truth, mode, config.total_gpus)
+        runs[job.name] = JobRun(kind, truth, rules, JobAgent(truth, adaptive=rules.adaptive),
+                                kind.view(throughput_model), freezing.get(job.name),
+                                _step_scale(world, variability_class(job.application, job.app_class)))
+    return runs
+
+
+def replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig = WORLDS["pollux"],
            on_round: Callable[[float, int], None] | None = None) -> ReplayResult:
-    """Replay `jobs` under `policy`; `on_round(now_s, jobs_done)` is called after every round.
+    """Replay `jobs` under `policy` in the world `config` (default: the Pollux artifact's);
+    `on_round(now_s, jobs_done)` is called after every round.
 
     BLAS runs single-threaded inside (one_blas_thread).
     """
@@ -281,25 +139,13 @@ def one_blas_thread() -> Iterator[None]:
 
 def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
             on_round: Callable[[float, int], None] | None) -> ReplayResult:
-    config.check()
     if not jobs:
         raise ConfigError("the workload has no jobs")
-    model = config.throughput_model or policy.throughput_model
-    world = World(*make_cluster(config.cluster_spec()))
+    mode = batch_mode(policy.batch_mode)
+    world = World(*make_cluster(config.cluster))
     total = config.total_gpus
-    too_big = [j for j in jobs if j.work_s is not None and j.num_replicas > total]
-    if too_big:
-        raise ConfigError(f"job {too_big[0].name} needs {too_big[0].num_replicas} GPUs, the cluster has {total}; "
-                          "use a larger cluster")
-    calibrated = dict(config.calibration)
-    truths = {j.name: calibrated_truth(j.application, calibrated[j.application]) if j.application in calibrated
-              else application_truth(j.application) for j in jobs}
-    rules = {j.name: _rules(j, truths[j.name], policy, total) for j in jobs}
-    agents = {j.name: JobAgent(truths[j.name], adaptive=policy.batch_mode == "adaptive" and rules[j.name].fixed_bsz is None)
-              for j in jobs}
+    runs = _job_runs(jobs, mode, config, world, config.throughput_model or policy.throughput_model)
     states = {j.name: JobState(j) for j in jobs}
-    scales = {j.name: _step_scale(world, variability_class(j.application, j.app_class)) for j in jobs}
-    freezing = _opt_ins(jobs, config)
     rounds: list[dict] = []
     # Only live jobs (submitted, not done) cost anything in a round: a trace of 82k jobs over
     # 109 days has a few hundred at a time. Live jobs keep the trace's order, as rounds see them.
@@ -320,9 +166,7 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
             live = dict(sorted(live.items(), key=lambda item: order[item[0]]))
         log = {"time_s": now, "active_jobs": len(live), "solve_ms": math.nan, "status": "", "objective": math.nan}
         if live:
-            ri = RoundInput(world.seen, tuple(_job_spec(s, agents[s.job.name], truths[s.job.name], rules[s.job.name],
-                                                        model, now, total, freezing.get(s.job.name))
-                                              for s in live.values()),
+            ri = RoundInput(world.seen, tuple(_spec(s, runs[s.job.name], now, total) for s in live.values()),
                             round_s=config.round_s)
             t0 = time.perf_counter()
             result = policy.schedule(ri)
@@ -332,11 +176,11 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
             # business (static_freeze ignores them by design): the summary counts violations
             verify(ri, result.allocations, budgets=False)
             for alloc in result.allocations:
-                s = live[alloc.job_id]
+                s, run = live[alloc.job_id], runs[alloc.job_id]
                 if set(alloc.gpus) != set(s.gpus):
-                    bsz = alloc.total_bsz if policy.batch_mode == "allocated" else rules[alloc.job_id].fixed_bsz
-                    s = reallocate(s, agents[alloc.job_id], alloc.gpus, bsz, config.restart_delay_s)
-                live[alloc.job_id] = replace(s, frozen_groups=alloc.frozen_groups if alloc.job_id in freezing else 0)
+                    bsz = mode.batch_on_move(alloc, run.rules)
+                    s = reallocate(s, run.agent, alloc.gpus, bsz, config.restart_delay_s)
+                live[alloc.job_id] = replace(s, frozen_groups=alloc.frozen_groups if run.freezing is not None else 0)
         running = [s for s in live.values() if s.gpus]
         idle_rounds = idle_rounds + 1 if live and not running and not pending else 0
         if idle_rounds >= STUCK_ROUNDS:
@@ -347,14 +191,19 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
             on_round(now, done)
         if now >= config.horizon_s or not live and not pending:
             break
-        live = {k: _advance(s, truths[k], agents[k], rules[k], now, config, freezing.get(k), scales[k], world)
-                for k, s in live.items()}
+        live = {k: runs[k].kind.advance(s, runs[k], now, config, world) for k, s in live.items()}
         done += sum(s.done for s in live.values())
         now += config.round_s
     states |= live
-    jobs_df = _jobs_frame(states, truths, config.gpus_per_node, freezing)
+    jobs_df = _jobs_frame(states, runs, config.cluster.gpus_per_node)
     rounds_df = pd.DataFrame(rounds)
     return ReplayResult(jobs_df, rounds_df, summarize(jobs_df, rounds_df, total, now) | _freeze_summary(jobs_df))
+
+
+def _spec(state: JobState, run: JobRun, now_s: float, total_gpus: int) -> JobSpec:
+    """The job as this round presents it to the policy."""
+    return job_spec(state, run.view(state, run.agent, run.truth), run.truth, run.rules,
+                    run.kind.remaining_steps(state, run.truth, run.rules), now_s, total_gpus, run.freezing)
 
 
 STUCK_ROUNDS = 3  # rounds an idle cluster may leave every waiting job waiting, with none to arrive
@@ -367,16 +216,6 @@ def _stuck_message(policy: Policy, live: dict[str, JobState], total_gpus: int, r
     return (f"the cluster ({total_gpus} GPUs) sat idle for {rounds} rounds with {waiting} waiting and none "
             f"left to arrive: {policy.name} gives them no GPUs, so they would wait forever (the largest, "
             f"{largest.name}, asks for {largest.num_replicas} GPUs); use a larger cluster or another policy")
-
-
-def _advance(state: JobState, truth: ApplicationTruth, agent: JobAgent, rules: _JobRules, now_s: float,
-             config: ReplayConfig, freezing: Freezing | None, scale, world: World) -> JobState:
-    if state.job.work_s is not None:
-        if not state.gpus or state.done:
-            return state
-        speed = work_speed(state, truth, world, config.gpus_per_node)
-        return advance_work(state, speed, now_s, config.round_s, config.finish_at_round_end)
-    return advance(state, truth, agent, rules.fixed_bsz, now_s, config.round_s, freezing, scale)
 
 
 def _freeze_summary(jobs: pd.DataFrame) -> dict:
@@ -410,13 +249,11 @@ def write_outputs(result: ReplayResult, out_dir: str | Path) -> None:
     (out / "summary.json").write_text(json_text(result.summary, indent=2) + "\n")
 
 
-def _jobs_frame(states: dict[str, JobState], truths: dict[str, ApplicationTruth], gpus_per_node: int,
-                freezing: dict[str, Freezing]) -> pd.DataFrame:
+def _jobs_frame(states: dict[str, JobState], runs: dict[str, JobRun], gpus_per_node: int) -> pd.DataFrame:
     rows = []
     for name, s in states.items():
-        job, truth = s.job, truths[name]
-        packed = tuple(min(gpus_per_node, job.num_replicas - k) for k in range(0, job.num_replicas, gpus_per_node))
-        isolated = job.work_s if job.work_s is not None else isolated_time_s(truth, packed, job.batch_size)
+        job, run = s.job, runs[name]
+        isolated = run.kind.isolated_s(job, run.truth, gpus_per_node)
         jct = s.completion_s - job.submit_s if s.completion_s is not None else math.nan
         rows.append({
             "name": name, "application": job.application, "submit_s": job.submit_s,
@@ -424,7 +261,7 @@ def _jobs_frame(states: dict[str, JobState], truths: dict[str, ApplicationTruth]
             "num_replicas": job.num_replicas, "batch_size": job.batch_size, "restarts": s.num_restarts,
             "attained_gpu_s": s.attained_gpu_s, "epochs_done": s.epoch, "isolated_s": isolated,
             "ftf": jct / isolated if isolated > 0 else np.nan,
-            "freeze_budget": freezing[name].budget if name in freezing else np.nan, "penalty_spent": s.penalty_spent,
+            "freeze_budget": run.freezing.budget if run.freezing is not None else np.nan, "penalty_spent": s.penalty_spent,
             "app_class": job.app_class, "work_s": job.work_s,
         })
     return pd.DataFrame(rows)

@@ -2,7 +2,7 @@
 
     [sweep]
     name = "pollux-artifact"        # default output folder: results/<name>
-    world = "pollux"                # the world's defaults (replay.engine.WORLDS): pollux, pal, variability
+    world = "pollux"                # the world's defaults (replay.world.WORLDS): pollux, pal, variability
     baseline = "tiresias"           # policy label the report compares against
     metric = "mean_jct_s"           # the report's headline metric
 
@@ -56,10 +56,12 @@ from schedlab.clusters import VARIABILITY
 from schedlab.errors import ConfigError
 from schedlab.policies import make_policy
 from schedlab.policies.placement import QUEUE_ORDERS
-from schedlab.replay.engine import WORLDS
+from schedlab.replay.view import THROUGHPUT_MODELS
+from schedlab.replay.world import WORLDS
+from schedlab.trace_specs import spec_fields, trace_spec
 from schedlab.traces import WORKS
 
-# grid axis -> the ReplayConfig field it sets; its default is the world's own value
+# grid axis -> the ReplayConfig option it sets (ReplayConfig.with_options); its default is the world's own value
 WORLD_AXES = {"nodes": "num_nodes", "gpus_per_node": "gpus_per_node", "round_s": "round_s",
               "across_node": "across_node_factor", "racks": "racks", "uplink_gbps": "uplink_gbps",
               "variability": "variability", "work": "sia_philly_work"}
@@ -71,8 +73,10 @@ SECTIONS = {
     "traces": {"workloads", "sia_philly", "synthetic", "philly", "max_jobs"},
     "grid": {"policies", *RUN_DEFAULTS, *WORLD_AXES, *POLICY_AXES},
 }
-MODELS = ("policy", "online", "oracle")
-SAMPLER_KEYS = {"synthetic": {"jobs", "jobs_per_hour", "mix"}, "philly": {"jobs", "start_hour", "duration_h"}}
+MODELS = {"policy": None} | {name: name for name in THROUGHPUT_MODELS}  # grid.model -> ReplayConfig.throughput_model
+# [traces] key -> the trace kind (trace_specs.TRACE_KINDS) of each entry: a name or path, or a table of the kind's fields
+NAMED_TRACES = {"workloads": "workload", "sia_philly": "sia_philly"}
+SAMPLED_TRACES = {"synthetic": "synthetic", "philly": "philly"}
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,7 @@ def cell_key(cell: dict[str, Any]) -> str:
 
 # What cannot change a cell's result: the interfaces and the presentation (a reworded report keeps
 # the cells); everything else under schedlab/, code and data, is in the hash.
-NOT_IN_SOURCE_HASH = ("cli.py", "serve.py", "workbench.py", "bench/", "sweep/report.py")
+NOT_IN_SOURCE_HASH = ("cli/", "replay_api.py", "serve.py", "workbench.py", "bench/", "sweep/report.py")
 
 
 @cache
@@ -109,12 +113,8 @@ def source_hash() -> str:
 
 
 def trace_label(trace: dict[str, Any]) -> str:
-    if trace["kind"] in ("workload", "sia_philly"):
-        name = Path(trace["name"]).stem if trace["name"].endswith(".csv") else trace["name"]
-        return name if trace["kind"] == "workload" else f"sia-philly/{name}"
-    if trace["kind"] == "synthetic":
-        return f"synthetic-{trace['jobs']}j-{trace['jobs_per_hour']:g}ph"
-    return f"philly-{trace['jobs']}j"
+    """A cell's trace as reports name it (trace_specs.TraceSpec.label)."""
+    return trace_spec(trace).label
 
 
 def load_sweep(path: str | Path, overrides: dict[str, dict[str, Any]] | None = None) -> Sweep:
@@ -151,7 +151,8 @@ def parse_sweep(text: str, source: str = "sweep config",
     world = head.get("world", "pollux")
     if world not in WORLDS:
         raise where.error("world", f"sweep.world {world!r}: use one of {', '.join(WORLDS)}")
-    defaults = RUN_DEFAULTS | {axis: [getattr(WORLDS[world], field)] for axis, field in WORLD_AXES.items()}
+    options = WORLDS[world].options()
+    defaults = RUN_DEFAULTS | {axis: [options[field]] for axis, field in WORLD_AXES.items()}
     defaults |= {axis: grid[axis] for axis in POLICY_AXES if axis in grid}
     traces = _traces(traces_raw, where)
     policies = _policies(grid.get("policies"), where)
@@ -202,23 +203,24 @@ class _Where:
 
 def _traces(raw: dict[str, Any], where: _Where) -> list[dict[str, Any]]:
     traces: list[dict[str, Any]] = []
-    for kind in ("workloads", "sia_philly"):
-        names = raw.get(kind, [])
+    for key, kind in NAMED_TRACES.items():
+        names = raw.get(key, [])
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise where.error(kind, f"traces.{kind} must be a list of names or paths")
-        traces += [{"kind": "workload" if kind == "workloads" else kind, "name": n} for n in names]
-    for kind, allowed in SAMPLER_KEYS.items():
-        specs = raw.get(kind, [])
+            raise where.error(key, f"traces.{key} must be a list of names or paths")
+        traces += [{"kind": kind, "name": n} for n in names]
+    for key, kind in SAMPLED_TRACES.items():
+        allowed = spec_fields(kind)
+        specs = raw.get(key, [])
         if not isinstance(specs, list) or not all(isinstance(s, dict) for s in specs):
-            raise where.error(kind, f"traces.{kind} must be a list of tables, e.g. [{{jobs = 160}}]")
+            raise where.error(key, f"traces.{key} must be a list of tables, e.g. [{{jobs = 160}}]")
         for spec in specs:
             unknown = sorted(set(spec) - allowed)
             if unknown:
-                raise where.error(unknown[0], f"traces.{kind}: unknown key {unknown[0]!r}; use {', '.join(sorted(allowed))}")
-            if not isinstance(spec.get("jobs"), int) or spec["jobs"] < 1:
-                raise where.error(kind, f"traces.{kind}: jobs must be an integer >= 1")
-            if kind == "synthetic" and not (isinstance(spec.get("jobs_per_hour"), int | float) and spec["jobs_per_hour"] > 0):
-                raise where.error(kind, "traces.synthetic: jobs_per_hour must be a number > 0")
+                raise where.error(unknown[0], f"traces.{key}: unknown key {unknown[0]!r}; use {', '.join(sorted(allowed))}")
+            try:
+                trace_spec({"kind": kind, **spec})
+            except ConfigError as exc:
+                raise where.error(key, f"traces.{key}: {exc}") from None
             traces.append({"kind": kind, **spec})
     if not traces:
         raise where.error("traces", "no traces: set traces.workloads, sia_philly, synthetic or philly")

@@ -19,7 +19,6 @@ import time
 import traceback
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,19 +28,12 @@ import pandas as pd
 from schedlab import __version__
 from schedlab.errors import ConfigError
 from schedlab.policies import make_policy
-from schedlab.replay.engine import WORLDS, ReplayConfig, one_blas_thread, replay
+from schedlab.replay.engine import one_blas_thread, replay
 from schedlab.replay.jobs import TraceJob
+from schedlab.replay.world import WORLDS, ReplayConfig
 from schedlab.state import FreezePenalty
-from schedlab.sweep.config import POLICY_AXES, WORLD_AXES, Sweep, cell_key, trace_label
-from schedlab.traces import (
-    load_sia_philly,
-    load_workload,
-    philly_workload,
-    sia_philly_jobs,
-    synthetic_workload,
-    trace_jobs,
-    workload_from_sia_philly,
-)
+from schedlab.sweep.config import MODELS, POLICY_AXES, WORLD_AXES, Sweep, cell_key, trace_label
+from schedlab.trace_specs import trace_spec
 
 ENGINES = ("local", "dask")
 TIMING_KEYS = ("solve_p50_ms", "solve_p95_ms", "solve_max_ms")  # vary run to run; all else is exact
@@ -49,40 +41,17 @@ TIMING_KEYS = ("solve_p50_ms", "solve_p95_ms", "solve_max_ms")  # vary run to ru
 
 def cell_config(cell: dict[str, Any]) -> ReplayConfig:
     """The cell's world: its world's ReplayConfig with the cell's axes (sweep.config.WORLD_AXES)."""
-    return replace(WORLDS[cell["world"]], **{field: cell[axis] for axis, field in WORLD_AXES.items()},
-                   throughput_model=None if cell["model"] == "policy" else cell["model"],
-                   freeze_opt_in=cell["opt_in"], freeze_budget=cell["budget"], freeze_seed=cell["seed"],
-                   freeze_penalty=FreezePenalty(scale=FreezePenalty().scale * cell["penalty_scale"]),
-                   cluster_seed=cell["seed"])
+    return WORLDS[cell["world"]].with_options(
+        **{field: cell[axis] for axis, field in WORLD_AXES.items()}, throughput_model=MODELS[cell["model"]],
+        freeze_opt_in=cell["opt_in"], freeze_budget=cell["budget"], freeze_seed=cell["seed"],
+        freeze_penalty=FreezePenalty(scale=FreezePenalty().scale * cell["penalty_scale"]), seed=cell["seed"])
 
 
 def build_jobs(cell: dict[str, Any], config: ReplayConfig) -> tuple[TraceJob, ...]:
-    """The cell's trace as jobs, sampled with the cell's seed, its first max_jobs, scaled by load.
-    A Sia-Philly trace is jobs of fixed work where the world says so (sia_philly_work)."""
-    trace, rng = cell["trace"], np.random.default_rng(cell["seed"])
-    if trace["kind"] == "sia_philly" and config.sia_philly_work:
-        raw = _first_jobs_at_load(load_sia_philly(trace["name"]), "submit_time", cell)
-        return sia_philly_jobs(raw, config.sia_philly_work)
-    return trace_jobs(_first_jobs_at_load(build_workload(cell, rng), "time", cell))
-
-
-def build_workload(cell: dict[str, Any], rng: np.random.Generator) -> pd.DataFrame:
-    """The cell's trace as a Pollux workload."""
-    trace = cell["trace"]
-    if trace["kind"] == "workload":
-        return load_workload(trace["name"])
-    if trace["kind"] == "sia_philly":
-        return workload_from_sia_philly(load_sia_philly(trace["name"]), rng)
-    if trace["kind"] == "synthetic":
-        return synthetic_workload(trace["jobs"], trace["jobs_per_hour"], rng, trace.get("mix"))
-    return philly_workload(trace["jobs"], rng, trace.get("start_hour", 2), trace.get("duration_h", 8))
-
-
-def _first_jobs_at_load(df: pd.DataFrame, time_col: str, cell: dict[str, Any]) -> pd.DataFrame:
-    """The cell's first max_jobs jobs by submit time (all if unset), submit times / load."""
-    if cell["max_jobs"]:
-        df = df.sort_values(time_col, kind="stable").head(cell["max_jobs"])
-    return df.assign(**{time_col: df[time_col] / cell["load"]})
+    """The cell's trace as jobs (trace_specs), sampled with the cell's seed, its first max_jobs,
+    scaled by load, read as the world reads it; the world's horizon stays as it is."""
+    rng = np.random.default_rng(cell["seed"])
+    return trace_spec(cell["trace"]).replay_jobs(config, rng, cell["max_jobs"], cell["load"])
 
 
 def make_cell_policy(cell: dict[str, Any]):
