@@ -23,8 +23,8 @@ from urllib.parse import quote, urlsplit
 
 from schedlab.io import round_input_to_dict, round_result_from_dict
 from schedlab.policies import make_policy
-from schedlab.replay.engine import replay
-from schedlab.replay.world import WORLDS
+from schedlab.sim.engine import replay
+from schedlab.sim.world import WORLDS
 from schedlab.state import RoundInput, RoundResult
 from schedlab.traces import load_workload, trace_jobs
 

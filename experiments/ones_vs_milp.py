@@ -32,8 +32,8 @@ from schedlab.io import json_text
 from schedlab.policies import Policy
 from schedlab.policies.evolutionary import Evolution, EvolutionConfig
 from schedlab.policies.goodput import PolluxPolicy
-from schedlab.replay.engine import replay
-from schedlab.replay.world import ReplayConfig
+from schedlab.sim.engine import replay
+from schedlab.sim.world import ReplayConfig
 from schedlab.state import RoundInput, RoundResult
 from schedlab.traces import load_workload, trace_jobs
 

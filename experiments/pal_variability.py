@@ -1,7 +1,7 @@
 """PAL's variability-aware placement against Packed-Sticky, PM-First and the exact placement.
 
 Three sweeps (experiments/configs/pal_variability.toml, pal_locality.toml, pal_ablation.toml;
-resumable): the 8 Sia-Philly traces in PAL's world (replay.world.PAL_WORLD: the artifact's simulator,
+resumable): the 8 Sia-Philly traces in PAL's world (sim.world.PAL_WORLD: the artifact's simulator,
 16 x 4 GPUs, 360 s rounds, FIFO, locality penalty 1.7) under packed_sticky, pm_first, pal, milp
 and milp_cpsat (the exact placement, warm-started from PAL's greedy, 50 ms per round); the
 locality penalty 1.0 -> 3.0; and every combination of the simulator's semantics that make the

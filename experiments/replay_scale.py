@@ -12,8 +12,8 @@ import numpy as np
 
 from schedlab.io import json_text
 from schedlab.policies import make_policy
-from schedlab.replay.engine import replay
-from schedlab.replay.world import WORLDS
+from schedlab.sim.engine import replay
+from schedlab.sim.world import WORLDS
 from schedlab.traces import load_workload, philly_workload, trace_jobs
 
 

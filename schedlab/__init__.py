@@ -2,7 +2,7 @@
 
 The round's entry points load on first use (PEP 562), so `import schedlab` and `schedlab --help`
 cost no solver, no model library and no table. So does the replay's: `schedlab.replay(trace,
-policy, world=..., **options)` (the callable package schedlab.replay; schedlab.replay_api.replay).
+policy, world=..., **options)` (schedlab.replay_api.replay).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ __version__ = "0.1.0"
 _LAZY = {"solve_round": "schedlab.api", "build_model": "schedlab.api", "FORMULATIONS": "schedlab.formulations",
          "SOLVERS": "schedlab.solvers.registry",
          "parse_round_input": "schedlab.io", "round_input_to_dict": "schedlab.io", "round_result_to_dict": "schedlab.io",
-         "replay": "schedlab.replay"}
+         "replay": "schedlab.replay_api"}
 __all__ = [
     "solve_round", "build_model", "replay", "SOLVERS", "FORMULATIONS", "parse_round_input", "round_input_to_dict",
     "round_result_to_dict",
@@ -48,9 +48,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module 'schedlab' has no attribute {name!r}")
-    module = importlib.import_module(_LAZY[name])
-    # a subpackage (the callable schedlab.replay) is the value itself: importing it set it here
-    value = globals()[name] if name in globals() else getattr(module, name)
+    value = getattr(importlib.import_module(_LAZY[name]), name)
     globals()[name] = value  # once loaded, an ordinary attribute
     return value
 

@@ -1,8 +1,7 @@
 """Replays by name: a trace, a policy and a world in, a ReplayResult out.
 
-`replay` is the public entry point (`schedlab.replay(...)`: calling the package schedlab.replay
-calls it) and what `schedlab replay` runs; `setup` resolves the names into what the engine
-takes (replay.engine.replay), for callers that watch the replay as it runs (the CLI's progress
+`replay` is the public entry point (`schedlab.replay(...)`) and what `schedlab replay` runs;
+`setup` resolves the names into what the engine takes (sim.engine.replay), for callers that watch the replay as it runs (the CLI's progress
 bar) or wrap its policy (schedlab record).
 """
 
@@ -17,10 +16,10 @@ import numpy as np
 from schedlab.errors import ConfigError
 from schedlab.policies import make_policy
 from schedlab.policies.base import Policy
-from schedlab.replay.engine import ReplayResult
-from schedlab.replay.engine import replay as run_replay
-from schedlab.replay.jobs import TraceJob
-from schedlab.replay.world import WORLDS, ReplayConfig
+from schedlab.sim.engine import ReplayResult
+from schedlab.sim.engine import replay as run_replay
+from schedlab.sim.jobs import TraceJob
+from schedlab.sim.world import WORLDS, ReplayConfig
 from schedlab.trace_specs import TraceSpec, as_trace_spec
 
 __all__ = ["ReplaySetup", "replay", "setup"]
@@ -36,7 +35,7 @@ class ReplaySetup:
     title: str
 
     def run(self, on_round: Callable[[float, int], None] | None = None) -> ReplayResult:
-        """Replay it (replay.engine.replay); `on_round(now_s, jobs_done)` after every round."""
+        """Replay it (sim.engine.replay); `on_round(now_s, jobs_done)` after every round."""
         return run_replay(self.jobs, self.policy, self.config, on_round)
 
 
@@ -69,7 +68,7 @@ def replay(trace: Any, policy: str | Policy, world: str = "pollux", *, seed: int
         A policy of the registry by name ("pollux", "tiresias", "pal", "tiresias+pal", ...;
         schedlab.policies.policy_names()) or a policy object.
     world : str
-        The simulated world (schedlab.replay.world.WORLDS): "pollux" (the Pollux artifact's
+        The simulated world (schedlab.sim.world.WORLDS): "pollux" (the Pollux artifact's
         simulator), "pal" (PAL's) or "variability" (Pollux's on PAL's measured GPUs and racks).
     seed : int
         Seeds what the trace draws (applications, arrivals), the cluster's measured GPUs and

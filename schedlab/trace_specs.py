@@ -35,8 +35,8 @@ import numpy as np
 import pandas as pd
 
 from schedlab.errors import ConfigError
-from schedlab.replay.jobs import TraceJob
-from schedlab.replay.world import ReplayConfig
+from schedlab.sim.jobs import TraceJob
+from schedlab.sim.world import ReplayConfig
 from schedlab.traces import (
     load_sia_philly,
     load_workload,

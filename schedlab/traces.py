@@ -31,8 +31,8 @@ import pandas as pd
 
 from schedlab.errors import ConfigError
 from schedlab.models.profiles import APPLICATIONS, data_dir
-from schedlab.replay.jobs import TraceJob
-from schedlab.replay.truth import application_truth
+from schedlab.sim.jobs import TraceJob
+from schedlab.sim.truth import application_truth
 
 WORKLOAD_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 SIA_PHILLY_COLUMNS = ("job_id", "num_gpus", "submit_time", "duration", "model")

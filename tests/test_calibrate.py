@@ -120,8 +120,8 @@ def test_cli_names_bad_batch_sizes():
 
 def test_a_calibrated_table_is_the_replays_ground_truth(tiny, tmp_path):
     from schedlab.policies import make_policy
-    from schedlab.replay.engine import replay
-    from schedlab.replay.world import ReplayConfig
+    from schedlab.sim.engine import replay
+    from schedlab.sim.world import ReplayConfig
     from schedlab.traces import synthetic_workload, trace_jobs
 
     frame = table_frame([m for m in tiny if m.frozen_groups == 0])
@@ -134,6 +134,6 @@ def test_a_calibrated_table_is_the_replays_ground_truth(tiny, tmp_path):
 
 
 def test_the_package_never_imports_torch_outside_calibration():
-    code = ("import sys, schedlab, schedlab.cli, schedlab.replay.engine, schedlab.sweep, schedlab.calibrate.table; "
+    code = ("import sys, schedlab, schedlab.cli, schedlab.sim.engine, schedlab.sweep, schedlab.calibrate.table; "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

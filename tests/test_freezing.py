@@ -25,8 +25,8 @@ from schedlab.models.freezing import (
     penalty,
 )
 from schedlab.policies import make_policy
-from schedlab.replay.engine import replay
-from schedlab.replay.world import ReplayConfig
+from schedlab.sim.engine import replay
+from schedlab.sim.world import ReplayConfig
 from schedlab.state import FreezePenalty, FreezeSpec
 from schedlab.traces import synthetic_workload, trace_jobs
 

@@ -9,8 +9,8 @@ import pytest
 
 from schedlab.errors import ConfigError
 from schedlab.policies import make_policy
-from schedlab.replay.engine import replay
-from schedlab.replay.world import PAL_WORLD, ReplayConfig
+from schedlab.sim.engine import replay
+from schedlab.sim.world import PAL_WORLD, ReplayConfig
 from schedlab.traces import ITERATION_S, load_sia_philly, sia_philly_jobs, work_s
 
 SMALL_PAL = PAL_WORLD.with_options(num_nodes=4, gpus_per_node=4)

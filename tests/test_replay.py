@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from schedlab.errors import ConfigError
 from schedlab.models.efficiency import best_batch
 from schedlab.policies import POLICIES, make_policy
-from schedlab.replay.engine import replay
-from schedlab.replay.jobs import JobAgent, JobState, TraceJob, advance, isolated_time_s, reallocate
-from schedlab.replay.truth import application_truth
-from schedlab.replay.world import WORLDS, ReplayConfig
+from schedlab.sim.engine import replay
+from schedlab.sim.jobs import JobAgent, JobState, TraceJob, advance, isolated_time_s, reallocate
+from schedlab.sim.truth import application_truth
+from schedlab.sim.world import WORLDS, ReplayConfig
 from schedlab.state import GpuRef
 from schedlab.traces import (
     load_philly,
@@ -258,7 +258,7 @@ def test_a_job_that_can_never_fit_stops_the_replay_with_a_clear_error(policy):
 
 
 def test_replay_outputs_quote_names_a_spreadsheet_would_run(tmp_path):
-    from schedlab.replay.engine import write_outputs
+    from schedlab.sim.engine import write_outputs
 
     jobs = (TraceJob("=HYPERLINK(\"http://x\")", "ncf", 0.0, 1, 32768), TraceJob("-2+3", "ncf", 0.0, 1, 32768))
     write_outputs(replay(jobs, make_policy("fifo"), SMALL), tmp_path)

@@ -13,7 +13,7 @@ import pytest
 
 import schedlab
 from schedlab.errors import ConfigError
-from schedlab.replay.world import PAL_WORLD, WORLDS
+from schedlab.sim.world import PAL_WORLD, WORLDS
 from schedlab.trace_specs import PhillyTrace, SiaPhillyTrace, SyntheticTrace, WorkloadTrace, trace_spec
 from schedlab.traces import load_sia_philly, load_workload, sia_philly_jobs, synthetic_workload, trace_jobs
 

@@ -16,8 +16,8 @@ from conftest import needs_pyomo_solver
 import schedlab
 from schedlab.errors import ConfigError
 from schedlab.policies import make_policy
-from schedlab.replay.engine import replay
-from schedlab.replay.world import WORLDS
+from schedlab.sim.engine import replay
+from schedlab.sim.world import WORLDS
 from schedlab.traces import load_workload, trace_jobs
 from schedlab.workbench import compare, read_rounds, recorder, render, summary, variants
 

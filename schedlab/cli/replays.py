@@ -24,7 +24,7 @@ def replay_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--days", type=number(float, 0.0, low_open=True), default=None,
                         help="with --trace: the window's length (default: to the end)")
     parser.add_argument("--world", default="pollux",
-                        help="the simulated world (replay.world.WORLDS): pollux (the Pollux artifact's), pal (PAL's "
+                        help="the simulated world (sim.world.WORLDS): pollux (the Pollux artifact's), pal (PAL's "
                              "simulator), variability (pollux on PAL's measured GPUs and 4 racks)")
     parser.add_argument("--policy", required=True,
                         help="a policy of the registry, e.g. pollux, icefrog, tiresias, ones (an unknown name lists all)")
@@ -45,8 +45,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from schedlab.io import json_text
-    from schedlab.replay.engine import check_out_dir, write_outputs
-    from schedlab.replay.world import WORLDS
+    from schedlab.sim.engine import check_out_dir, write_outputs
+    from schedlab.sim.world import WORLDS
     from schedlab.replay_api import setup
 
     if args.world not in WORLDS:
@@ -97,8 +97,8 @@ def cmd_record(args: argparse.Namespace) -> int:
     import numpy as np
 
     from schedlab.policies import make_policy
-    from schedlab.replay.engine import replay
-    from schedlab.replay.world import WORLDS
+    from schedlab.sim.engine import replay
+    from schedlab.sim.world import WORLDS
     from schedlab.trace_specs import WorkloadTrace
     from schedlab.workbench import recorder
 

@@ -2,7 +2,7 @@
 
     [sweep]
     name = "pollux-artifact"        # default output folder: results/<name>
-    world = "pollux"                # the world's defaults (replay.world.WORLDS): pollux, pal, variability
+    world = "pollux"                # the world's defaults (sim.world.WORLDS): pollux, pal, variability
     baseline = "tiresias"           # policy label the report compares against
     metric = "mean_jct_s"           # the report's headline metric
 
@@ -56,8 +56,8 @@ from schedlab.clusters import VARIABILITY
 from schedlab.errors import ConfigError
 from schedlab.policies import make_policy
 from schedlab.policies.placement import QUEUE_ORDERS
-from schedlab.replay.view import THROUGHPUT_MODELS
-from schedlab.replay.world import WORLDS
+from schedlab.sim.view import THROUGHPUT_MODELS
+from schedlab.sim.world import WORLDS
 from schedlab.trace_specs import spec_fields, trace_spec
 from schedlab.traces import WORKS
 

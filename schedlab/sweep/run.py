@@ -28,9 +28,9 @@ import pandas as pd
 from schedlab import __version__
 from schedlab.errors import ConfigError
 from schedlab.policies import make_policy
-from schedlab.replay.engine import one_blas_thread, replay
-from schedlab.replay.jobs import TraceJob
-from schedlab.replay.world import WORLDS, ReplayConfig
+from schedlab.sim.engine import one_blas_thread, replay
+from schedlab.sim.jobs import TraceJob
+from schedlab.sim.world import WORLDS, ReplayConfig
 from schedlab.state import FreezePenalty
 from schedlab.sweep.config import MODELS, POLICY_AXES, WORLD_AXES, Sweep, cell_key, trace_label
 from schedlab.trace_specs import trace_spec

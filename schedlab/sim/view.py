@@ -19,8 +19,8 @@ from typing import Protocol
 
 from schedlab.errors import ConfigError
 from schedlab.models.profiles import POLLUX_GPU_TYPE, shipped_profiles
-from schedlab.replay.jobs import Freezing, JobAgent, JobState, TraceJob
-from schedlab.replay.truth import ApplicationTruth
+from schedlab.sim.jobs import Freezing, JobAgent, JobState, TraceJob
+from schedlab.sim.truth import ApplicationTruth
 from schedlab.state import FreezeSpec, GradStats, JobAllocation, JobSpec, ThroughputParams
 
 __all__ = ["BATCH_MODES", "MAX_REPLICAS", "THROUGHPUT_MODELS", "BatchMode", "JobRules", "ModelView", "batch_mode",

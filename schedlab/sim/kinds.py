@@ -1,12 +1,12 @@
 """The two kinds of replayed job, each a strategy the engine calls without asking which it is.
 
 EpochTarget  a Pollux workload's job: it trains until its completion epoch, each step worth its
-             batch's statistical gain (replay.jobs.advance); its batch and GPU cap follow the
-             policy's batch mode, its model the replay's throughput model (replay.view).
+             batch's statistical gain (sim.jobs.advance); its batch and GPU cap follow the
+             policy's batch mode, its model the replay's throughput model (sim.view).
 FixedWork    a Sia-Philly job in PAL's semantics: a fixed work, TraceJob.work_s seconds at full
              speed on its requested GPUs, done at 1 / (slowest GPU's factor x across-node factor)
              of full speed, times the measured scaling of a GPU count other than the requested
-             one (replay.jobs.advance_work); it trains at its submitted batch whatever the policy,
+             one (sim.jobs.advance_work); it trains at its submitted batch whatever the policy,
              valued by the measured tables, and must fit the cluster.
 `job_kind(job)` picks a job's kind once, from its trace record.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from schedlab.errors import ConfigError
-from schedlab.replay.jobs import (
+from schedlab.sim.jobs import (
     Freezing,
     JobAgent,
     JobState,
@@ -28,12 +28,12 @@ from schedlab.replay.jobs import (
     isolated_time_s,
     remaining_steps,
 )
-from schedlab.replay.truth import ApplicationTruth
-from schedlab.replay.view import BatchMode, JobRules, View, oracle_view, throughput_view
+from schedlab.sim.truth import ApplicationTruth
+from schedlab.sim.view import BatchMode, JobRules, View, oracle_view, throughput_view
 from schedlab.state import variability_class
 
 if TYPE_CHECKING:
-    from schedlab.replay.world import ReplayConfig, World
+    from schedlab.sim.world import ReplayConfig, World
 
 __all__ = ["EpochTarget", "FixedWork", "JobKind", "JobRun", "job_kind", "work_speed"]
 
@@ -93,15 +93,15 @@ class EpochTarget:
         return mode.rules(job, truth, total_gpus)
 
     def view(self, throughput_model: str) -> View:
-        """The replay's throughput model (replay.view.THROUGHPUT_MODELS)."""
+        """The replay's throughput model (sim.view.THROUGHPUT_MODELS)."""
         return throughput_view(throughput_model)
 
     def remaining_steps(self, state: JobState, truth: ApplicationTruth, rules: JobRules) -> float:
-        """True optimizer steps left (replay.jobs.remaining_steps)."""
+        """True optimizer steps left (sim.jobs.remaining_steps)."""
         return remaining_steps(state, truth, rules.fixed_bsz)
 
     def advance(self, state: JobState, run: JobRun, now_s: float, config: ReplayConfig, world: World) -> JobState:
-        """Epoch by epoch, with its agent re-picking the batch if adaptive (replay.jobs.advance)."""
+        """Epoch by epoch, with its agent re-picking the batch if adaptive (sim.jobs.advance)."""
         return advance(state, run.truth, run.agent, run.rules.fixed_bsz, now_s, config.round_s, run.freezing, run.scale)
 
     def isolated_s(self, job: TraceJob, truth: ApplicationTruth, gpus_per_node: int) -> float:

@@ -2,7 +2,7 @@
 
 A job advances through a round as in the Pollux artifact's simulator (Job.step): after every
 (re)allocation it makes no progress for the restart delay; then it progresses at
-gain / step_time per second (true values from replay.truth) and crosses epoch boundaries
+gain / step_time per second (true values from sim.truth) and crosses epoch boundaries
 exactly: the JCT of a job finishing mid-round is the exact crossing time, not the round end.
 Adaptive jobs (Pollux's agent) re-pick their batch after every segment from their own model,
 fitted online to the (placement, local batch) -> step/sync times they have actually measured.
@@ -25,7 +25,7 @@ import numpy as np
 from schedlab.models.efficiency import BatchGrid, batch_grid, best_on_grid, gain
 from schedlab.models.freezing import frozen_fraction, frozen_step_sync_s, penalty
 from schedlab.models.throughput import fit_throughput_params, throughput
-from schedlab.replay.truth import ApplicationTruth, BatchSplit
+from schedlab.sim.truth import ApplicationTruth, BatchSplit
 from schedlab.state import BatchLimits, FreezePenalty, GpuRef, GradStats, LayerGroup, ThroughputParams
 
 
@@ -168,7 +168,7 @@ StepScale = Callable[[tuple[GpuRef, ...]], tuple[float, float, float] | None]
 
 def _scaled(step: float, sync: float, factors: tuple[float, float, float] | None) -> tuple[float, float]:
     """The measured step and sync on a world's GPUs: compute x tau, sync x its spread's scale, the
-    whole x the across-node factor (replay.world); as measured where the world changes nothing."""
+    whole x the across-node factor (sim.world); as measured where the world changes nothing."""
     if factors is None:
         return step, sync
     tau, sync_scale, spread = factors

@@ -1,7 +1,7 @@
 """Round-by-round replay of a workload under any policy of the registry.
 
 Each round (Pollux artifact semantics, simulator.py): every job advances `round_s` seconds under
-its current GPUs (its kind's advance, replay.kinds: exact epoch crossings and completion times,
+its current GPUs (its kind's advance, sim.kinds: exact epoch crossings and completion times,
 30 s without progress after each start or move); then the policy is called with the jobs that
 have arrived and not finished, exactly as an embedding scheduler calls solve_round(): a
 RoundInput with the cluster, each job's current GPUs, age, restarts, its throughput model and
@@ -11,18 +11,18 @@ wait for the next one.
 
 What the policy sees of a job's speed is, by default, what a real scheduler would: a model
 fitted online to the configurations the job has run (`throughput_model="online"`, as Pollux
-does); "oracle" hands it the model fitted to the full measured tables (replay.view). How a job's
-batch is chosen is the policy's declared batch mode (replay.view.BATCH_MODES).
+does); "oracle" hands it the model fitted to the full measured tables (sim.view). How a job's
+batch is chosen is the policy's declared batch mode (sim.view.BATCH_MODES).
 
-One engine for every world. The world is data (replay.world: ReplayConfig, WORLDS): the cluster
-(what jobs feel of it: replay.world.World), the trace's jobs (Pollux workloads train until their
-completion epoch, Sia-Philly jobs in PAL's semantics carry a fixed work: replay.kinds), and the
+One engine for every world. The world is data (sim.world: ReplayConfig, WORLDS): the cluster
+(what jobs feel of it: sim.world.World), the trace's jobs (Pollux workloads train until their
+completion epoch, Sia-Philly jobs in PAL's semantics carry a fixed work: sim.kinds), and the
 semantics. Every policy of the registry runs on every world; every round's answer is verified.
 
 Layer freezing (IceFrog-style, models.freezing): a seeded `freeze_opt_in` fraction of the jobs
 opt in with a penalty budget; the policy sees each one's progress, training length and budget
 left (JobSpec.freezing), and a job runs each round with the groups its allocation froze
-(replay.jobs.advance). Policies that do not freeze leave every job at 0.
+(sim.jobs.advance). Policies that do not freeze leave every job at 0.
 """
 
 from __future__ import annotations
@@ -46,12 +46,12 @@ from schedlab.errors import ConfigError
 from schedlab.io import json_text, spreadsheet_safe
 from schedlab.models.freezing import layer_profile
 from schedlab.policies.base import Policy
-from schedlab.replay.jobs import Freezing, JobAgent, JobState, StepScale, TraceJob, reallocate
-from schedlab.replay.kinds import JobRun, job_kind
-from schedlab.replay.metrics import summarize
-from schedlab.replay.truth import application_truth, calibrated_truth
-from schedlab.replay.view import BatchMode, batch_mode, job_spec
-from schedlab.replay.world import WORLDS, ReplayConfig, World
+from schedlab.sim.jobs import Freezing, JobAgent, JobState, StepScale, TraceJob, reallocate
+from schedlab.sim.kinds import JobRun, job_kind
+from schedlab.sim.metrics import summarize
+from schedlab.sim.truth import application_truth, calibrated_truth
+from schedlab.sim.view import BatchMode, batch_mode, job_spec
+from schedlab.sim.world import WORLDS, ReplayConfig, World
 from schedlab.state import JobSpec, RoundInput, variability_class
 from schedlab.verify import verify
 
@@ -73,7 +73,7 @@ class ReplayResult:
         One row per scheduling round: time_s, active_jobs, solve_ms, status, objective,
         running_jobs, gpus_used.
     summary
-        The metrics `schedlab replay` prints (replay.metrics.summarize, and freezing's).
+        The metrics `schedlab replay` prints (sim.metrics.summarize, and freezing's).
     """
 
     jobs: pd.DataFrame

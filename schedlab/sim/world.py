@@ -27,7 +27,7 @@ from schedlab.errors import ConfigError
 from schedlab.models.freezing import DEFAULT_BUDGET
 from schedlab.models.profiles import POLLUX_GPU_TYPE
 from schedlab.models.throughput import MeasuredTable
-from schedlab.replay.view import THROUGHPUT_MODELS
+from schedlab.sim.view import THROUGHPUT_MODELS
 from schedlab.state import Cluster, FreezePenalty, GpuRef, Topology
 from schedlab.topology import cluster_graph, spread_gbps
 
