@@ -19,6 +19,7 @@ from functools import cached_property
 import numpy as np
 
 from schedlab.formulations.options import (
+    OptionCounts,
     chain_levels,
     fair_shapes,
     field_values,
@@ -187,7 +188,7 @@ class Multi:
 
 
 @dataclass(frozen=True)
-class JointOptions:
+class JointOptions(OptionCounts):
     """Every option of the round (columnar, as formulations.options.OptionSet) and its structure.
 
     Arrays are per option c (x's columns), U0 per job.
@@ -241,16 +242,6 @@ class JointOptions:
     stay_gpus: dict[int, dict[int, tuple[int, ...]]]  # job with a stay option -> node -> GPU indices
     frozen_groups: np.ndarray | None = None  # freeze level of each option (formulations.freezing)
     freeze_penalty: np.ndarray | None = None  # accuracy penalty each option spends this round
-
-    @property
-    def num_options(self) -> int:
-        """The number of options (columns of x)."""
-        return len(self.job)
-
-    @property
-    def num_jobs(self) -> int:
-        """The number of jobs of the round, with options or not."""
-        return len(self.round_input.jobs)
 
     def stay_option(self, j: int) -> int:
         """The stay option of job j (a job in `stay_gpus`)."""

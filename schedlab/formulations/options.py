@@ -51,9 +51,10 @@ from schedlab.models.efficiency import best_batch
 from schedlab.models.freezing import scaled_params
 from schedlab.state import BatchLimits, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, Settings, ThroughputParams
 
-__all__ = ["NodeGroup", "OptionColumns", "OptionSet", "chain_levels", "enumerate_options", "fair_shapes", "field_values",
-           "group_shapes", "job_allocations", "multi_node_counts", "node_groups", "option_best_batch", "option_goodput",
-           "prune_dominated", "restart_cost_s", "restart_factor", "stay_options", "unallocated_utilities", "utility"]
+__all__ = ["NodeGroup", "OptionColumns", "OptionCounts", "OptionSet", "chain_levels", "enumerate_options",
+           "fair_shapes", "field_values", "group_shapes", "job_allocations", "multi_node_counts",
+           "node_groups", "option_best_batch", "option_goodput", "prune_dominated", "restart_cost_s",
+           "restart_factor", "stay_options", "unallocated_utilities", "utility"]
 
 
 def chain_levels(gpus_per_node: int) -> tuple[int, ...]:
@@ -95,8 +96,26 @@ def node_groups(round_input: RoundInput) -> tuple[NodeGroup, ...]:
     return tuple(NodeGroup(t, g, tuple(ks)) for (t, g), ks in sorted(by_key.items()))
 
 
+class OptionCounts:
+    """The counts every option set reports (OptionSet's, joint's JointOptions): its options (the
+    model's x columns) and the round's jobs, with options or without."""
+
+    job: np.ndarray
+    round_input: RoundInput
+
+    @property
+    def num_options(self) -> int:
+        """The options (the model's x columns)."""
+        return len(self.job)
+
+    @property
+    def num_jobs(self) -> int:
+        """The round's jobs, with options or without."""
+        return len(self.round_input.jobs)
+
+
 @dataclass(frozen=True)
-class OptionSet:
+class OptionSet(OptionCounts):
     """All candidate configurations of a round, one row per option (columnar arrays).
 
     group[c] is -1 for a stay option. stay_nodes[j] maps node index -> GPUs job j holds now,
@@ -120,16 +139,6 @@ class OptionSet:
     stay_nodes: dict[int, dict[int, int]]
     frozen_groups: np.ndarray | None = None  # freeze level of each option (formulations.freezing)
     freeze_penalty: np.ndarray | None = None  # accuracy penalty each option spends this round
-
-    @property
-    def num_options(self) -> int:
-        """The options (the model's x columns)."""
-        return len(self.job)
-
-    @property
-    def num_jobs(self) -> int:
-        """The round's jobs, with options or without."""
-        return len(self.round_input.jobs)
 
     @property
     def stay(self) -> np.ndarray:
