@@ -1,8 +1,8 @@
 """Replays by name: a trace, a policy and a world in, a ReplayResult out.
 
 `replay` is the public entry point (`schedlab.replay(...)`) and what `schedlab replay` runs;
-`setup` resolves the names into what the engine takes (sim.engine.replay), for callers that watch the replay as it runs (the CLI's progress
-bar) or wrap its policy (schedlab record).
+`setup` resolves the names into what the engine takes (sim.engine.replay), for callers that
+watch the replay as it runs (the CLI's progress bar) or wrap its policy (schedlab record).
 """
 
 from __future__ import annotations

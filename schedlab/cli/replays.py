@@ -45,9 +45,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from schedlab.io import json_text
+    from schedlab.replay_api import setup
     from schedlab.sim.engine import check_out_dir, write_outputs
     from schedlab.sim.world import WORLDS
-    from schedlab.replay_api import setup
 
     if args.world not in WORLDS:
         return fail(f"--world {args.world!r}: use one of {', '.join(WORLDS)}")
