@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from schedlab.api import build_model, solve_round
     from schedlab.formulations import FORMULATIONS
     from schedlab.io import parse_round_input, round_input_to_dict, round_result_to_dict
+    from schedlab.replay_api import replay
     from schedlab.solvers.registry import SOLVERS
 
 __version__ = "0.1.0"

@@ -29,6 +29,8 @@ from schedlab.verify import verify
 if TYPE_CHECKING:
     import pyomo.environ as pyo
 
+__all__ = ["MIN_SOLVE_S", "build_model", "solve_round"]
+
 FALLBACK = Status.FALLBACK
 
 
@@ -72,10 +74,12 @@ MIN_SOLVE_S = 0.01  # the solver's time when parsing and building spent the whol
 
 
 def build_model(round_input: RoundInput | Mapping[str, Any], *, formulation: str | None = None) -> pyo.ConcreteModel:
-    """The round's model in Pyomo, to read, change or write (`model.write("round.lp",
-    io_options={"symbolic_solver_labels": True})`): the formulation module's sets, parameters,
-    variables and constraints under the docstring's names; goodput's x is indexed by (job id,
-    option). Validated as solve_round validates."""
+    """The round's model in Pyomo, to read, change or write.
+
+    The formulation module's sets, parameters, variables and constraints under its docstring's
+    names; goodput's x is indexed by (job id, option). Validated as solve_round validates; write
+    it with `model.write("round.lp", io_options={"symbolic_solver_labels": True})`.
+    """
     ri = parse_round_input(round_input, {"formulation": formulation} if formulation else None)
     return _one_model(FORMULATIONS[ri.settings.formulation](ri), ri).pyomo()
 

@@ -23,6 +23,8 @@ from schedlab.errors import ConfigError
 from schedlab.models.variability import assign_slowdowns, sample_measured, tiered
 from schedlab.state import Cluster, GpuRef, Node, Rack, Topology
 
+__all__ = ["VARIABILITY", "ClusterSpec", "make_cluster"]
+
 Slowdowns = dict[str, dict[str, float]]  # GPU id -> class -> factor
 
 
@@ -80,7 +82,20 @@ def _node_slowdown(slowdowns: Slowdowns, ids: list[str]) -> dict[str, tuple[floa
 
 
 def make_cluster(spec: ClusterSpec) -> tuple[Cluster, Cluster]:
-    """(the cluster as a scheduler sees it, the cluster as it runs); node ids n0, n1, ..."""
+    """The cluster `spec` describes, as a scheduler sees it and as it runs.
+
+    Returns
+    -------
+    tuple of Cluster
+        (seen, truth): the same nodes, ids n0, n1, ..., and topology; they differ only in the
+        GPUs' slowdown factors (the variability's, module docstring).
+
+    Examples
+    --------
+    >>> seen, truth = make_cluster(ClusterSpec(num_nodes=2, gpus_per_node=4, racks=2))
+    >>> [node.id for node in seen.nodes], [rack.id for rack in seen.topology.racks]
+    (['n0', 'n1'], ['r0', 'r1'])
+    """
     names = [f"n{k}" for k in range(spec.num_nodes)]
     ids = [GpuRef(name, i).key for name in names for i in range(spec.gpus_per_node)]
     seen, truth = VARIABILITY[spec.variability](ids, np.random.default_rng(spec.seed), spec.seed)

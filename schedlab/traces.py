@@ -7,11 +7,13 @@ A workload is a DataFrame with one row per job and the Pollux artifact's columns
 - Sia-Philly traces (PAL artifact, shipped): job_id, num_gpus, submit_time, duration, model.
   `load_sia_philly` reads them as given; `workload_from_sia_philly` maps each job to an
   application by its GPU-time, as below.
-- The Philly trace (82,247 jobs, shipped): `philly_workload` samples it exactly as Pollux's
-  workload generator does (simulator/workload.py): jobs of >= 60 s and < 1000 GPU-hours, the
-  hours [start, start + duration) of the day, then by GPU-time: < 1 h cifar10 or ncf,
-  < 10 h deepspeech2 (half become bert), < 100 h yolov3, else imagenet; the request is drawn
-  from the application's plausible (replicas, batch) configurations (ApplicationTruth).
+- The Philly trace (Microsoft's Philly cluster, Jeon et al., "Analysis of Large-Scale
+  Multi-Tenant GPU Clusters for DNN Training Workloads", USENIX ATC'19; 82,247 jobs over 109
+  days, shipped): `philly_workload` samples it exactly as Pollux's workload generator does
+  (simulator/workload.py): jobs of >= 60 s and < 1000 GPU-hours, the hours [start, start +
+  duration) of the day, then by GPU-time: < 1 h cifar10 or ncf, < 10 h deepspeech2 (half become
+  bert), < 100 h yolov3, else imagenet; the request is drawn from the application's plausible
+  (replicas, batch) configurations (ApplicationTruth).
 - `sia_philly_jobs`: a Sia-Philly trace in PAL's semantics (its simulator, github.com/hal-uw/blox-pal):
   each job keeps its GPU count and a fixed work, `duration` iterations of its model's measured
   iteration time (ITERATION_S; or `duration` seconds); its variability class is the artifact's
@@ -33,6 +35,11 @@ from schedlab.errors import ConfigError
 from schedlab.models.profiles import APPLICATIONS, data_dir
 from schedlab.sim.jobs import TraceJob
 from schedlab.sim.truth import application_truth
+
+__all__ = ["DEFAULT_MIX", "ITERATION_S", "MODEL_APP", "MODEL_CLASS", "WORKLOAD_COLUMNS", "WORKS", "load_philly",
+           "load_sia_philly", "load_workload", "philly_trace_workload", "philly_workload", "shipped_sia_philly",
+           "shipped_workloads", "sia_philly_jobs", "synthetic_workload", "trace_jobs", "validate_workload", "work_s",
+           "workload_from_sia_philly"]
 
 WORKLOAD_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 SIA_PHILLY_COLUMNS = ("job_id", "num_gpus", "submit_time", "duration", "model")
@@ -100,6 +107,15 @@ def load_workload(path_or_name: str | Path) -> pd.DataFrame:
 
 
 def trace_jobs(workload: pd.DataFrame) -> tuple[TraceJob, ...]:
+    """A workload's rows as jobs, in its order: each trains until its completion epoch.
+
+    Examples
+    --------
+    >>> trace_jobs(pd.DataFrame({"name": ["a"], "time": [30.0], "application": ["cifar10"],
+    ...                          "num_replicas": [2], "batch_size": [256]}))
+    (TraceJob(name='a', application='cifar10', submit_s=30.0, num_replicas=2, batch_size=256, work_s=None,
+              app_class=None),)
+    """
     return tuple(TraceJob(str(r.name), str(r.application), float(r.time), int(r.num_replicas), int(r.batch_size))
                  for r in workload.itertuples())
 
@@ -193,7 +209,13 @@ WORKS = ("iterations", "seconds")
 
 
 def work_s(model: str, duration: float, work: str = "iterations") -> float:
-    """Seconds of work at full speed: `duration` itself, or that many of the model's iterations."""
+    """Seconds of work at full speed: `duration` itself, or that many of the model's iterations.
+
+    Examples
+    --------
+    >>> work_s("pointnet", 1000), work_s("pointnet", 1000, work="seconds")
+    (281.25, 1000.0)
+    """
     if work not in WORKS:
         raise ConfigError(f"work {work!r}: use one of {', '.join(WORKS)}")
     if work == "seconds":

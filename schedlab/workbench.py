@@ -29,6 +29,9 @@ from schedlab.io import json_text, load_json, round_input_to_dict, spreadsheet_s
 from schedlab.policies.base import Policy
 from schedlab.state import JobAllocation, RoundInput, RoundResult
 
+__all__ = ["Recorder", "RoundModelPolicy", "Variant", "compare", "load_customize", "read_rounds", "recorder", "render",
+           "summary", "variants"]
+
 
 @runtime_checkable
 class RoundModelPolicy(Policy, Protocol):
@@ -51,17 +54,21 @@ class Recorder:
 
     @property
     def name(self) -> str:
+        """The recorded policy's name."""
         return self.policy.name
 
     @property
     def batch_mode(self) -> str:
+        """The recorded policy's batch mode: the replay runs its jobs as without the recorder."""
         return self.policy.batch_mode
 
     @property
     def throughput_model(self) -> str:
+        """The recorded policy's throughput model."""
         return self.policy.throughput_model
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
+        """Solve the round the policy would, writing it to the sink while fewer than `limit` are."""
         solved = self.policy.round_for(round_input)
         if self.written < self.limit and solved.jobs:
             self.sink.write(json_text(round_input_to_dict(solved)) + "\n")
@@ -104,15 +111,27 @@ def load_customize(spec: str) -> Callable:
 
 @dataclass(frozen=True)
 class Variant:
+    """One way to solve a recorded round: a solver (solvers.registry.SOLVERS) and a formulation."""
+
     solver: str
     formulation: str | None  # None: the round's own
 
     @property
     def label(self) -> str:
+        """The variant's name in tables: solver, or solver/formulation."""
         return self.solver if self.formulation is None else f"{self.solver}/{self.formulation}"
 
 
 def variants(solvers: list[str], formulations: list[str]) -> list[Variant]:
+    """Every solver with every formulation, solvers outermost; no formulations: each round's own.
+
+    Examples
+    --------
+    >>> [v.label for v in variants(["highs", "cpsat"], [])]
+    ['highs', 'cpsat']
+    >>> [v.label for v in variants(["highs", "cpsat"], ["goodput", "joint"])]
+    ['highs/goodput', 'highs/joint', 'cpsat/goodput', 'cpsat/joint']
+    """
     return [Variant(s, f) for s, f in itertools.product(solvers, list[str | None](formulations) or [None])]
 
 

@@ -28,6 +28,9 @@ from schedlab.models.throughput import fit_throughput_params, throughput
 from schedlab.sim.truth import ApplicationTruth, BatchSplit
 from schedlab.state import BatchLimits, FreezePenalty, GpuRef, GradStats, LayerGroup, ThroughputParams
 
+__all__ = ["Freezing", "JobAgent", "JobState", "StepScale", "TraceJob", "advance", "advance_work", "isolated_time_s",
+           "reallocate", "remaining_steps"]
+
 
 @dataclass(frozen=True)
 class TraceJob:
@@ -57,6 +60,37 @@ class Freezing:
 
 @dataclass(frozen=True)
 class JobState:
+    """A job as the replay holds it between rounds; advance and reallocate give the next one.
+
+    Attributes
+    ----------
+    job
+        What the user submitted.
+    gpus
+        The GPUs it holds (empty: waiting or preempted).
+    split
+        Its batch on them (None while it holds none).
+    progress
+        Training done: in the application's progress unit (sim.truth: M0-equivalent steps), or
+        for a job of fixed work, seconds of work at full speed.
+    epoch
+        Epochs finished.
+    rescale_left_s
+        Restart delay still to sit out on its current GPUs before it progresses.
+    attained_gpu_s
+        GPU-seconds it has held, restart delays included.
+    num_allocations
+        Starts and moves so far.
+    completion_s
+        When it finished (None: not yet).
+    grad
+        The gradient statistics it measured last (None before it ran).
+    frozen_groups
+        Layer freezing: how many layer groups its last allocation froze.
+    penalty_spent
+        Layer freezing: the accuracy penalty spent of its budget.
+    """
+
     job: TraceJob
     gpus: tuple[GpuRef, ...] = ()
     split: BatchSplit | None = None
@@ -72,6 +106,7 @@ class JobState:
 
     @property
     def done(self) -> bool:
+        """Whether the job has finished (its completion time is set)."""
         return self.completion_s is not None
 
     @property
@@ -89,12 +124,17 @@ class JobState:
 
     @property
     def total_bsz(self) -> int:
+        """The total batch it trains at on its GPUs (0 while it holds none)."""
         return self.split.total_bsz(len(self.gpus)) if self.split and self.gpus else 0
 
 
 class JobAgent:
-    """What the job itself knows: measured step times per configuration and a model fitted to
-    them (Pollux's agent). Fits lazily, warm-started from the previous fit."""
+    """What the job itself knows: its measured step times and a model fitted to them.
+
+    Pollux's agent: step and sync seconds per configuration (nodes, replicas, local batch) as
+    it has run them, and the throughput model fitted to those (models.throughput), lazily and
+    warm-started from the previous fit. `adaptive` jobs re-pick their batch from it.
+    """
 
     def __init__(self, truth: ApplicationTruth, adaptive: bool):
         self.truth = truth
@@ -104,6 +144,11 @@ class JobAgent:
         self._stale = False
 
     def observe(self, num_nodes: int, num_replicas: int, local_bsz: int, step_s: float, sync_s: float) -> None:
+        """Record the step and sync seconds measured on one configuration.
+
+        A configuration is measured once: later measurements of it change nothing. A new one
+        makes the model stale, refitted when `params` is next read.
+        """
         key = (num_nodes, num_replicas, local_bsz)
         if key not in self._profile:
             self._profile[key] = (step_s, sync_s)
@@ -111,6 +156,11 @@ class JobAgent:
 
     @property
     def max_profiled_replicas(self) -> int:
+        """The most GPUs the job has measured itself on (0 before any measurement).
+
+        As Pollux's agent, the online view lets a policy explore at most twice as many
+        (sim.view.online_view).
+        """
         return max((k[1] for k in self._profile), default=0)
 
     @property
@@ -163,6 +213,7 @@ def _grid_throughput(params: ThroughputParams, limits: BatchLimits, num_nodes: i
     return grid, throughput(params, n, r, grid.micro, grid.accum)
 
 
+# A world's (tau, sync scale, across-node factor) on a job's GPUs (sim.world); None: as measured
 StepScale = Callable[[tuple[GpuRef, ...]], tuple[float, float, float] | None]
 
 

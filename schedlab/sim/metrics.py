@@ -14,6 +14,8 @@ import math
 import numpy as np
 import pandas as pd
 
+__all__ = ["summarize"]
+
 
 def _percentile(values: pd.Series, q: float) -> float:
     values = values.dropna()
@@ -21,6 +23,27 @@ def _percentile(values: pd.Series, q: float) -> float:
 
 
 def summarize(jobs: pd.DataFrame, rounds: pd.DataFrame, total_gpus: int, end_s: float) -> dict:
+    """The replay's summary metrics, from its job and round tables (sim.engine.ReplayResult).
+
+    Parameters
+    ----------
+    jobs, rounds
+        One row per job and one per round, as ReplayResult holds them.
+    total_gpus
+        The cluster's GPUs, the denominator of utilization.
+    end_s
+        When the replay stopped: the makespan's end when no job finished.
+
+    Returns
+    -------
+    dict
+        The jobs in the trace and those finished; JCT statistics over the finished ones (mean,
+        median, geometric mean, 99th percentile, in s); makespan_s (first arrival to last
+        completion); utilization and finish-time fairness (module docstring); the restarts and
+        rounds; the rounds' solve times (median, 95th percentile and slowest, in ms) and the
+        rounds that fell back or hit the time limit. The JCT and fairness statistics are NaN
+        when no job finished.
+    """
     done = jobs.dropna(subset=["jct_s"])
     first = float(jobs.submit_s.min())
     last = float(done.completion_s.max()) if len(done) else end_s

@@ -1,6 +1,8 @@
 """The simulated world of a replay: what each application really does, from measurements.
 
-Follows the Pollux artifact's simulator (petuum/adaptdl, osdi21-artifact, applications.py):
+The six applications Pollux measured (Qiao et al., "Pollux: Co-adaptive Cluster Scheduling for
+Goodput-Optimized Deep Learning", OSDI'21): cifar10, imagenet, deepspeech2, yolov3, ncf, bert.
+Follows its artifact's simulator (petuum/adaptdl, osdi21-artifact, applications.py):
 - step and sync time come from the measured tables (models.throughput.MeasuredTable: the
   placement looked up and interpolated over local batch, other placements interpolated over
   (nodes, replicas, local batch));
@@ -26,6 +28,8 @@ from schedlab.models.profiles import MAX_EPOCHS, MAX_LOCAL_BSZ_OVERRIDE, measure
 from schedlab.models.throughput import MeasuredTable
 from schedlab.state import BatchLimits, GradStats
 
+__all__ = ["ApplicationTruth", "BatchSplit", "application_truth", "calibrated_truth"]
+
 _EPS = 1e-8
 
 
@@ -37,11 +41,24 @@ class BatchSplit:
     accum_steps: int
 
     def total_bsz(self, num_replicas: int) -> int:
+        """The total batch of one optimizer step on `num_replicas` GPUs.
+
+        Examples
+        --------
+        >>> BatchSplit(local_bsz=32, accum_steps=1).total_bsz(4)
+        256
+        """
         return num_replicas * self.local_bsz * (self.accum_steps + 1)
 
 
 class ApplicationTruth:
-    """Measured behaviour of one application (one folder of the Pollux traces)."""
+    """Measured behaviour of one application (one folder of the Pollux traces).
+
+    Step and sync times from `table` (a measured or calibrated MeasuredTable), per-epoch
+    gradient statistics, iterations and progress from `validation` (total batch -> the
+    validation-<bsz>.csv table), `max_epochs` epochs to completion; `max_local_bsz` overrides the
+    largest micro-batch the table measured. application_truth builds the shipped ones.
+    """
 
     def __init__(self, name: str, table: MeasuredTable, validation: dict[int, pd.DataFrame],
                  max_epochs: int, max_local_bsz: int | None = None):
@@ -79,9 +96,15 @@ class ApplicationTruth:
 
     @cached_property
     def completion_progress(self) -> float:
+        """Progress at which the job completes (all max_epochs epochs done)."""
         return self.progress_at_epoch(self.max_epochs)
 
     def step_sync_s(self, placement: tuple[int, ...], local_bsz: float) -> tuple[float, float]:
+        """(step, sync) seconds of one optimizer step without accumulation.
+
+        `placement` lists the job's GPUs on each node, `local_bsz` is the micro-batch per GPU;
+        the measured table's answer (models.throughput.MeasuredTable.step_sync_s), cached.
+        """
         return _cached_step_sync(self, tuple(placement), float(local_bsz))
 
     def step_time_s(self, placement: tuple[int, ...], split: BatchSplit) -> float:
@@ -91,9 +114,15 @@ class ApplicationTruth:
 
     @cached_property
     def limits(self) -> BatchLimits:
+        """The batch sizes it runs.
+
+        The initial and largest total batch (the validated ones), the smallest and largest
+        micro-batch per GPU.
+        """
         return BatchLimits(self.init_bsz, self.max_bsz, self.min_local_bsz, self.max_local_bsz)
 
     def split_fixed_batch(self, total_bsz: int, num_replicas: int) -> BatchSplit:
+        """How a user-fixed total batch runs on `num_replicas` GPUs (models.efficiency.split_fixed_batch)."""
         return BatchSplit(*split_fixed_batch(total_bsz, num_replicas, self.limits))
 
     @cache  # noqa: B019 (a truth lives as long as the process: one per application, itself cached)

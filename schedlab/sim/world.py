@@ -47,6 +47,7 @@ class World:
 
     @cached_property
     def graph(self) -> nx.Graph:
+        """The true cluster as a graph, spine - rack - node - GPU, with link bandwidths (topology.cluster_graph)."""
         return cluster_graph(self.truth)
 
     @property

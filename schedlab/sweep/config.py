@@ -61,6 +61,9 @@ from schedlab.sim.world import WORLDS
 from schedlab.trace_specs import spec_fields, trace_spec
 from schedlab.traces import WORKS
 
+__all__ = ["MODELS", "POLICY_AXES", "WORLD_AXES", "Sweep", "cell_key", "load_sweep", "parse_sweep", "source_hash",
+           "trace_label"]
+
 # grid axis -> the ReplayConfig option it sets (ReplayConfig.with_options); its default is the world's own value
 WORLD_AXES = {"nodes": "num_nodes", "gpus_per_node": "gpus_per_node", "round_s": "round_s",
               "across_node": "across_node_factor", "racks": "racks", "uplink_gbps": "uplink_gbps",
@@ -81,6 +84,22 @@ SAMPLED_TRACES = {"synthetic": "synthetic", "philly": "philly"}
 
 @dataclass(frozen=True)
 class Sweep:
+    """A validated sweep: its cells, in the config's order, and how its report reads them.
+
+    Attributes
+    ----------
+    name
+        The default output folder's name (results/<name>).
+    baseline
+        The policy label the report compares against (None: no comparison).
+    metric
+        The report's headline metric: a key of a replay's summary (sim.metrics.summarize), or cpu_s.
+    cells
+        One JSON-able dict per replay: trace, max_jobs, policy, world, seed and every axis.
+    text
+        The config as given (with any overrides), stored beside the results.
+    """
+
     name: str
     baseline: str | None
     metric: str
@@ -89,6 +108,11 @@ class Sweep:
 
 
 def cell_key(cell: dict[str, Any]) -> str:
+    """The name a cell's result is stored under: 20 hex digits.
+
+    A SHA-256 of the cell and of the package's source (source_hash): a changed cell or changed
+    code never reuses a stored result.
+    """
     blob = json.dumps({"cell": cell, "source": source_hash()}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
@@ -118,6 +142,7 @@ def trace_label(trace: dict[str, Any]) -> str:
 
 
 def load_sweep(path: str | Path, overrides: dict[str, dict[str, Any]] | None = None) -> Sweep:
+    """The sweep in the TOML file at `path` (parse_sweep); ConfigError if it cannot be read."""
     path = Path(path)
     try:
         text = path.read_text()

@@ -25,12 +25,19 @@ from schedlab.io import spreadsheet_safe, text_table
 from schedlab.sweep.config import cell_key, load_sweep
 from schedlab.sweep.run import CellStore, records_frame
 
+__all__ = ["FORMATS", "UNITS", "Unit", "ci95", "header", "render", "report", "summary_table", "unit_of", "wide_table",
+           "write_figures"]
+
 FORMATS = ("md", "csv", "latex")
 AXES = ("world", "load", "cluster", "round_s", "model", "across_node", "racks", "uplink_gbps", "variability", "order",
         "work", "backfill", "opt_in", "penalty_scale", "budget")
 
 
 def ci95(values: pd.Series) -> float:
+    """Half-width of the 95 % confidence interval of the mean of `values` (Student t).
+
+    NaNs are left out; NaN when fewer than two values remain.
+    """
     n = values.count()
     return float(stats.t.ppf(0.975, n - 1) * values.std(ddof=1) / np.sqrt(n)) if n > 1 else float("nan")
 
@@ -54,6 +61,8 @@ def summary_table(frame: pd.DataFrame, metric: str, baseline: str | None) -> pd.
 
 
 class Unit(NamedTuple):
+    """How tables and figures show a metric: its name, unit, scale and decimals."""
+
     label: str  # what the metric is, for headers
     unit: str  # "" for a ratio or a count
     scale: float  # shown value = stored value x scale
@@ -81,11 +90,18 @@ UNITS = {
 
 
 def unit_of(metric: str) -> Unit:
+    """The metric's Unit (UNITS), or its stored value under its own name, to 3 decimals."""
     return UNITS.get(metric, Unit(metric.replace("_", " "), "", 1.0, 3))
 
 
 def header(metric: str) -> str:
-    """e.g. "mean JCT (s), mean ± 95 % CI over seeds"."""
+    """The metric's name in headers and axis labels, with its unit.
+
+    Examples
+    --------
+    >>> header("p99_jct_s"), header("utilization"), header("queue_s")
+    ('99th-percentile JCT (h)', 'GPU utilization', 'queue s')
+    """
     u = unit_of(metric)
     return f"{u.label}{f' ({u.unit})' if u.unit else ''}"
 

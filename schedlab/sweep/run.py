@@ -27,13 +27,16 @@ import pandas as pd
 
 from schedlab import __version__
 from schedlab.errors import ConfigError
-from schedlab.policies import make_policy
+from schedlab.policies import Policy, make_policy
 from schedlab.sim.engine import one_blas_thread, replay
 from schedlab.sim.jobs import TraceJob
 from schedlab.sim.world import WORLDS, ReplayConfig
 from schedlab.state import FreezePenalty
 from schedlab.sweep.config import MODELS, POLICY_AXES, WORLD_AXES, Sweep, cell_key, trace_label
 from schedlab.trace_specs import trace_spec
+
+__all__ = ["ENGINES", "CellStore", "Remote", "build_jobs", "cell_config", "deterministic", "execute", "make_cell_policy",
+           "records_frame", "results_frame", "run_sweep"]
 
 ENGINES = ("local", "dask")
 TIMING_KEYS = ("solve_p50_ms", "solve_p95_ms", "solve_max_ms")  # vary run to run; all else is exact
@@ -54,7 +57,7 @@ def build_jobs(cell: dict[str, Any], config: ReplayConfig) -> tuple[TraceJob, ..
     return trace_spec(cell["trace"]).replay_jobs(config, rng, cell["max_jobs"], cell["load"])
 
 
-def make_cell_policy(cell: dict[str, Any]):
+def make_cell_policy(cell: dict[str, Any]) -> Policy:
     """The cell's policy; the cell's seed and policy axes (order, backfill) go to every policy
     with such a field, unless its params set one."""
     spec = cell["policy"]
@@ -111,6 +114,11 @@ class CellStore:
         return set(self._finished())
 
     def write(self, record: dict[str, Any]) -> None:
+        """Store a cell's record, atomically (a temporary file, then a rename).
+
+        A failed cell's goes to <key>.error.json; a finished cell's to <key>.json, and removes
+        the error file of an earlier failed run.
+        """
         name = f"{record['key']}.error.json" if "error" in record else f"{record['key']}.json"
         tmp = self.dir / f".{name}.{os.getpid()}.tmp"
         tmp.write_text(json.dumps(record))
@@ -119,6 +127,7 @@ class CellStore:
             (self.dir / f"{record['key']}.error.json").unlink(missing_ok=True)
 
     def records(self, keys: set[str] | None = None) -> list[dict[str, Any]]:
+        """The whole records of the finished cells, sorted by key; only those of `keys` when given."""
         return [r for key, r in sorted(self._finished().items()) if keys is None or key in keys]
 
     def corrupt(self) -> list[Path]:
@@ -133,6 +142,7 @@ class CellStore:
         return {key: record for key, record in found if record is not None}
 
     def errors(self) -> list[dict[str, Any]]:
+        """The records of the failed cells, each with its traceback."""
         return [json.loads(p.read_text()) for p in sorted(self.dir.glob("*.error.json"))]
 
 
@@ -150,6 +160,7 @@ class Remote:
     insecure: bool = False
 
     def security(self):
+        """Dask's Security for the TLS files (None without a CA file: Dask's own config)."""
         from dask.distributed import Security
 
         if self.tls_ca_file is None:
@@ -158,6 +169,13 @@ class Remote:
                         require_encryption=True)
 
     def check(self) -> None:
+        """Refuse an unencrypted remote scheduler unless `insecure` is set.
+
+        Raises
+        ------
+        ConfigError
+            For an address that is not loopback, over any scheme but tls://, without `insecure`.
+        """
         scheme, _, rest = self.address.partition("://")
         host = rest.rsplit(":", 1)[0].strip("[]")
         if scheme == "tls" or self.insecure or host in ("localhost", "127.0.0.1", "::1"):
