@@ -9,6 +9,7 @@ greedy allocation, flagged status "fallback".
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -29,7 +30,7 @@ from schedlab.verify import verify
 if TYPE_CHECKING:
     import pyomo.environ as pyo
 
-__all__ = ["MIN_SOLVE_S", "build_model", "solve_round"]
+__all__ = ["build_model", "solve_round"]
 
 FALLBACK = Status.FALLBACK
 
@@ -46,7 +47,8 @@ def solve_round(round_input: RoundInput | Mapping[str, Any], *, solver: str | No
     schedlab.partition) solves them on `executor` (e.g. Dask's client.get_executor()), else on
     local processes. Raises InputError for bad input; otherwise always returns a verified
     allocation. settings.time_limit_s bounds the whole call, parsing and model building
-    included: the solver gets what is left of it (at least MIN_SOLVE_S).
+    included: the solver gets what is left of it, and an answer it has not proven optimal is
+    never below the formulation's greedy (the greedy is the answer then, status fallback).
 
     `customize(model)` changes the round's Pyomo model (build_model's) before any solver solves
     it (the array solvers its compiled arrays): add constraints, variables or objective terms;
@@ -70,9 +72,6 @@ def solve_round(round_input: RoundInput | Mapping[str, Any], *, solver: str | No
     return _solve_validated(ri, started_s)
 
 
-MIN_SOLVE_S = 0.01  # the solver's time when parsing and building spent the whole limit: its start, or the greedy
-
-
 def build_model(round_input: RoundInput | Mapping[str, Any], *, formulation: str | None = None) -> pyo.ConcreteModel:
     """The round's model in Pyomo, to read, change or write.
 
@@ -94,6 +93,14 @@ def _one_model(model: RoundModel, ri: RoundInput) -> OneRoundModel:
 
 def _solve_validated(ri: RoundInput, started_s: float | None = None,
                      customize: Callable[[pyo.ConcreteModel], object] | None = None) -> RoundResult:
+    """One validated round, whole: build, solve within what is left of its limit, decode, verify.
+
+    Every answer is at least the floor: a solver's answer that is not proven optimal is compared
+    with the formulation's greedy (`RoundModel.fallback`, computed then, not before: a proven
+    round pays nothing for it), and the better of the two is the answer; the greedy's is flagged
+    `fallback` and keeps the solver's bound. A round whose limit is spent before a solver can
+    start answers the greedy at once.
+    """
     s = ri.settings
     t0 = time.perf_counter()
     started_s = t0 if started_s is None else started_s
@@ -101,25 +108,37 @@ def _solve_validated(ri: RoundInput, started_s: float | None = None,
     if customize is not None:
         model = CustomizedModel(_one_model(model, ri), customize)
     options_s = time.perf_counter() - t0
-    left_s = max(s.time_limit_s - (time.perf_counter() - started_s), MIN_SOLVE_S)
-    try:
-        outcome, build_s = model.solve(get_solver(s.solver), replace(s, time_limit_s=left_s))
-    except SchedlabError:
-        raise
-    except Exception as exc:  # a crashing solver must not take the caller down
-        outcome, build_s = SolveOutcome(FAILED, None, math.nan, math.nan, 0.0, f"{type(exc).__name__}: {exc}"), 0.0
+    left_s = s.time_limit_s - (time.perf_counter() - started_s)
+    if left_s <= 0:
+        outcome, build_s = SolveOutcome(FAILED, None, math.nan, math.nan, 0.0,
+                                        "the time limit was spent before a solver could start"), 0.0
+    else:
+        try:
+            outcome, build_s = model.solve(get_solver(s.solver), replace(s, time_limit_s=left_s))
+        except SchedlabError:
+            raise
+        except Exception as exc:  # a crashing solver must not take the caller down
+            outcome, build_s = SolveOutcome(FAILED, None, math.nan, math.nan, 0.0, f"{type(exc).__name__}: {exc}"), 0.0
     build_s += options_s
+    greedy = functools.cache(model.fallback)  # computed once, and only for an unproven answer
 
     if outcome.values is not None:
         try:
             allocations = model.decode(outcome.values)
             verify(ri, allocations)
-            return RoundResult(allocations, outcome.status, s.solver, model.objective(outcome.values), outcome.bound,
-                               outcome.gap, build_s, outcome.solve_s, True, outcome.message, options_s)
+            objective = model.objective(outcome.values)
+            if outcome.status == Status.OPTIMAL or objective >= model.objective(greedy()):
+                return RoundResult(allocations, outcome.status, s.solver, objective, outcome.bound, outcome.gap,
+                                   build_s, outcome.solve_s, True, outcome.message, options_s)
+            outcome = replace(outcome, message=f"the solver's answer ({objective:.6g}, {outcome.status}: "
+                                               f"{outcome.message}) is below the greedy's")
         except (DecodeError, VerificationError) as exc:
             outcome = replace(outcome, message=f"solver answer rejected: {exc}")
-    values = model.fallback()
+    values = greedy()
     allocations = model.decode(values)
     verify(ri, allocations)
-    return RoundResult(allocations, FALLBACK, s.solver, model.objective(values), math.nan, math.inf,
+    objective = model.objective(values)
+    bound = outcome.bound if math.isfinite(outcome.bound) and outcome.values is not None else math.nan
+    gap = abs(bound - objective) / max(abs(objective), 1e-9) if math.isfinite(bound) else math.inf
+    return RoundResult(allocations, FALLBACK, s.solver, objective, bound, gap,
                        build_s, outcome.solve_s, True, f"greedy fallback: {outcome.message}", options_s)

@@ -374,7 +374,9 @@ def test_every_number_at_the_edges_of_its_range_is_answered_without_a_float_warn
                 result = solve_round(raw)
             except InputError:  # in range, but not with the other fields (a GPU index past the node's)
                 continue
-        assert result.verified and result.status != "fallback", (path, edge, result.message)
+        # a limit spent before any solver starts is answered by the greedy, flagged (its floor)
+        no_time = path == "settings.time_limit_s" and "spent before a solver could start" in result.message
+        assert result.verified and (result.status != "fallback" or no_time), (path, edge, result.message)
 
 
 def test_layer_groups_shared_by_jobs_are_checked_for_each_job():
