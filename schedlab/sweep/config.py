@@ -115,6 +115,8 @@ def name_problem(name: str) -> str | None:
 
 
 def cell_key(cell: dict[str, Any]) -> str:
+    """The cell's key, its file's name under OUT/cells: a hash of the cell and of the package's
+    source (source_hash), so a changed config or changed code never reuses a stale result."""
     blob = json.dumps({"cell": cell, "source": source_hash()}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
@@ -144,6 +146,8 @@ def trace_label(trace: dict[str, Any]) -> str:
 
 
 def load_sweep(path: str | Path, overrides: dict[str, dict[str, Any]] | None = None) -> Sweep:
+    """The sweep in the TOML file `path` (parse_sweep), with `overrides`; ConfigError where it
+    cannot be read."""
     path = Path(path)
     try:
         text = path.read_text()

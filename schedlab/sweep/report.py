@@ -32,6 +32,8 @@ AXES = ("world", "load", "cluster", "round_s", "model", "across_node", "racks", 
 
 
 def ci95(values: pd.Series) -> float:
+    """The half-width of the 95 % confidence interval of the mean of `values` (Student t); NaN
+    with fewer than two."""
     n = values.count()
     return float(stats.t.ppf(0.975, n - 1) * values.std(ddof=1) / np.sqrt(n)) if n > 1 else float("nan")
 
@@ -55,6 +57,8 @@ def summary_table(frame: pd.DataFrame, metric: str, baseline: str | None) -> pd.
 
 
 class Unit(NamedTuple):
+    """How tables show a metric: its name, unit, scale and decimals."""
+
     label: str  # what the metric is, for headers
     unit: str  # "" for a ratio or a count
     scale: float  # shown value = stored value x scale
@@ -82,6 +86,7 @@ UNITS = {
 
 
 def unit_of(metric: str) -> Unit:
+    """The metric's Unit (UNITS); one not listed shows its stored value to 3 decimals."""
     return UNITS.get(metric, Unit(metric.replace("_", " "), "", 1.0, 3))
 
 

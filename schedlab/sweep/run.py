@@ -114,6 +114,8 @@ class CellStore:
         return set(self._finished())
 
     def write(self, record: dict[str, Any]) -> None:
+        """Store `record` atomically (a temporary file, then a rename); a finished cell removes
+        its earlier error file."""
         name = f"{record['key']}.error.json" if "error" in record else f"{record['key']}.json"
         self.dir.mkdir(exist_ok=True)
         tmp = self.dir / f".{name}.{os.getpid()}.tmp"
@@ -123,6 +125,7 @@ class CellStore:
             (self.dir / f"{record['key']}.error.json").unlink(missing_ok=True)
 
     def records(self, keys: set[str] | None = None) -> list[dict[str, Any]]:
+        """The whole finished records, in key order; only those of `keys` where given."""
         return [r for key, r in sorted(self._finished().items()) if keys is None or key in keys]
 
     def corrupt(self) -> list[Path]:
@@ -137,6 +140,7 @@ class CellStore:
         return {key: record for key, record in found if record is not None}
 
     def errors(self) -> list[dict[str, Any]]:
+        """The records of the failed cells, with their tracebacks."""
         return [json.loads(p.read_text()) for p in sorted(self.dir.glob("*.error.json"))]
 
 
@@ -154,6 +158,7 @@ class Remote:
     insecure: bool = False
 
     def security(self):
+        """Dask's Security for the TLS files, or None without them (Dask's own config applies)."""
         from dask.distributed import Security
 
         if self.tls_ca_file is None:
@@ -162,6 +167,7 @@ class Remote:
                         require_encryption=True)
 
     def check(self) -> None:
+        """Raise ConfigError where the address is remote, not TLS and not said to be insecure."""
         scheme, _, rest = self.address.partition("://")
         host = rest.rsplit(":", 1)[0].strip("[]")
         if scheme == "tls" or self.insecure or host in ("localhost", "127.0.0.1", "::1"):
