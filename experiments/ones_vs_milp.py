@@ -146,12 +146,12 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     q = quality(record_rounds(args.record_workload, args.every))
-    q.to_csv(out / "quality.csv", index=False)
     curve = quality_curve(q)
     print(f"(a) {q['round'].nunique()} rounds of {args.record_workload}, {q.jobs.min()}-{q.jobs.max()} jobs "
           f"({time.perf_counter() - t0:.0f} s)\n" + curve.round(4).to_markdown())
 
     jct = workload_results(args.config, out, args.processes, args.workloads.split(",") if args.workloads else None)
+    q.to_csv(out / "quality.csv", index=False)  # after the sweep has taken the folder (io.outputs)
     jct.to_csv(out / "jct.csv", index=False)
     tab = jct_table(jct)
     change = ones_change(tab)

@@ -155,6 +155,49 @@ def test_the_cli_reports_unreadable_files_without_a_traceback(tmp_path):
     assert out.returncode == 2 and "settings.time_limit_s: must be > 0" in out.stderr
 
 
+@pytest.mark.parametrize("token, place, field", [
+    ("NaN", lambda d: d["settings"], "settings.p"),
+    ("Infinity", lambda d: d, "round_s"),
+    ("-Infinity", lambda d: d["jobs"][1], "jobs[1].age_s"),
+])
+def test_nan_and_infinity_in_a_round_file_name_their_field(tmp_path, capsys, token, place, field):
+    from schedlab.cli import main
+
+    raw = _example()
+    place(raw)[field.rsplit(".", 1)[-1]] = "TOKEN"
+    path = tmp_path / "round.json"
+    path.write_text(json.dumps(raw).replace('"TOKEN"', token))
+    assert main(["solve", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: {field}: {token} is not a JSON number" in err and "JSON has no NaN or Infinity" in err, err
+    assert "too large" not in err and "leave the field out for its default" in err
+
+
+def test_every_nan_of_a_round_is_named_by_its_path():
+    data = b'{"cluster": {"nodes": [{"id": "n0", "gpus": NaN}]}, "jobs": [{"age_s": Infinity}], "x": [1, -Infinity]}'
+    with pytest.raises(InputError) as err:
+        load_json(data, "line 3")
+    fields = [p.split(": ")[1] for p in err.value.problems]
+    assert fields == ["cluster.nodes[0].gpus", "jobs[0].age_s", "x[1]"], err.value.problems
+    with pytest.raises(InputError, match="line 3: the round: NaN is not a JSON number"):
+        load_json(b"NaN", "line 3")
+    with pytest.raises(InputError, match="under a key given twice"):
+        load_json(b'{"round_s": NaN, "round_s": 60}', "line 3")
+    with pytest.raises(InputError) as err:
+        load_json(b"[" + b",".join([b"NaN"] * 25) + b"]", "r.json")
+    assert len(err.value.problems) == 11 and err.value.problems[-1] == "r.json: and 15 more NaN or Infinity values"
+
+
+@pytest.mark.parametrize("round_s, problem", [(0, "must be > 0, got 0"), (-60, "must be > 0, got -60"),
+                                              ("60", "must be a number, got '60'"), (2e9, "must be <= 1e+09, got 2000000000.0"),
+                                              (math.nan, "must be a finite number, got nan")])
+def test_a_bad_round_length_says_how_to_give_it(round_s, problem):
+    fix = "give the round's length in seconds, e.g. 60"
+    assert _problems(_mutated(lambda d: d.update(round_s=round_s))) == [f"round_s: {problem}; {fix}"]
+    if isinstance(round_s, float):  # the dataclass form gets the same message
+        assert _problems(replace(parse_round_input(_example()), round_s=round_s)) == [f"round_s: {problem}; {fix}"]
+
+
 def test_mutated_rounds_end_in_an_answer_or_an_input_error():
     out = run_mutated(300, seed=1)
     assert out["outcomes"].get("traceback", 0) == 0 and out["outcomes"].get("hang", 0) == 0, out["failures"]

@@ -89,19 +89,22 @@ def record_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default="pollux", help="a round-model policy: pollux, sia, joint, icefrog, static_freeze")
     parser.add_argument("--rounds", type=COUNT, default=50, help="the first this many rounds with jobs")
     parser.add_argument("--nodes", type=COUNT, default=None, help="default: the world's (16)")
-    parser.add_argument("--out", required=True, help="the JSON-lines file to write")
+    parser.add_argument("--out", required=True, help="the JSON-lines file to write (not a file of a sweep's or "
+                                                      "replay's folder)")
 
 
 def cmd_record(args: argparse.Namespace) -> int:
     """Replay a workload under a round-model policy, writing the first rounds it solves."""
     import numpy as np
 
+    from schedlab.io.outputs import check_out_file
     from schedlab.policies import make_policy
     from schedlab.sim.engine import replay
     from schedlab.sim.world import WORLDS
     from schedlab.trace_specs import WorkloadTrace
     from schedlab.workbench import recorder
 
+    check_out_file(args.out)
     config = WORLDS["pollux"].with_options(**({"num_nodes": args.nodes} if args.nodes else {}))
     jobs = WorkloadTrace(args.workload).replay_jobs(config, np.random.default_rng(0))
     try:
@@ -157,7 +160,11 @@ def sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--insecure", action="store_true",
                         help="allow a remote tcp:// scheduler (its answerers run code here: trusted networks only)")
     parser.add_argument("--workers", type=COUNT, default=None, help="processes or LocalCluster workers (default: CPU count)")
-    parser.add_argument("--out", default=None, help="results folder (default: results/<sweep name>)")
+    parser.add_argument("--out", default=None,
+                        help="results folder (default: results/<sweep name>): new, empty or this config's (it resumes)")
+    parser.add_argument("--force", action="store_true",
+                        help="run into an --out holding another config's results: this config replaces its "
+                             "sweep.toml, and the cells the two share are reused")
     parser.add_argument("--report", action="store_true", help="then print the table and write the figures")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -170,7 +177,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     sweep = load_sweep(args.config)
     out = args.out or f"results/{sweep.name}"
     remote = Remote(args.address, args.tls_ca_file, args.tls_cert, args.tls_key, args.insecure) if args.address else None
-    records, failed = run_sweep(sweep, out, args.engine, args.workers, remote, progress=not args.quiet)
+    records, failed = run_sweep(sweep, out, args.engine, args.workers, remote, progress=not args.quiet,
+                                force=args.force)
     print(f"{len(records)}/{len(sweep.cells)} cells done in {out}/cells"
           + (f", {len(failed)} failed (tracebacks in {out}/cells/*.error.json)" if failed else ""))
     if args.report:

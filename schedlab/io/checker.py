@@ -84,22 +84,26 @@ class Checker:
         self.problems.append(f"{where}: {what}")
 
     def number(self, d: Mapping, key: str, where: str, default=None, minimum: float | None = None,
-               positive: bool = False, integer: bool = False, required: bool = False, maximum: float | None = None):
+               positive: bool = False, integer: bool = False, required: bool = False, maximum: float | None = None,
+               fix: str | None = None):
         """d[key] as a number within these bounds (an int where `integer`, else a float), or
-        `default` where it is absent or bad."""
+        `default` where it is absent or bad; `fix`, where given, ends the problem's message."""
         v = d.get(key)
         if v is None:
             if required:
-                self.bad(f"{where}.{key}", "is required")
+                self.bad(f"{where}.{key}", "is required" + (f"; {fix}" if fix else ""))
             return default
         problem = number_problem(v, minimum, positive, integer, maximum)
         if problem is None:
             return int(v) if integer else float(v)
-        self.bad(key if where == "round" else f"{where}{key}" if key.startswith("[") else f"{where}.{key}", problem)
+        self.bad(key if where == "round" else f"{where}{key}" if key.startswith("[") else f"{where}.{key}",
+                 f"{problem}; {fix}" if fix else problem)
         return default
 
-    def field(self, d: Mapping, kind: str, key: str, where: str, default=None, required: bool = False):
-        """A number of an object of `kind`, checked against its schema's type and range."""
+    def field(self, d: Mapping, kind: str, key: str, where: str, default=None, required: bool = False,
+              fix: str | None = None):
+        """A number of an object of `kind`, checked against its schema's type and range; `fix`
+        says how to mend a bad one."""
         v = d.get(key)
         accept = FIELD_ACCEPT[kind][key]
         if type(v) is float:
@@ -109,7 +113,7 @@ class Checker:
             return v if accept.integer else float(v)
         elif v is None and not required:
             return default
-        return self.number(d, key, where, default, required=required, **FIELD_RULES[kind][key])
+        return self.number(d, key, where, default, required=required, fix=fix, **FIELD_RULES[kind][key])
 
     def flag(self, d: Mapping, key: str, where: str, default: bool) -> bool:
         """d[key] as true or false, or `default` where it is absent or bad."""

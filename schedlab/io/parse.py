@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from schedlab.errors import InputError
@@ -35,28 +35,77 @@ if TYPE_CHECKING:
 __all__ = ["load_json", "parse_round_input"]
 
 _MAX_MIN = ("-inf", "max-min")
+_ROUND_S_FIX = f"give the round's length in seconds, e.g. {RoundInput.round_s:g}"
 
 
 def load_json(data: bytes, source: str) -> Any:
-    """A round's bytes as JSON: UTF-8, standard JSON only (no NaN or Infinity), numbers of sane
-    size, nesting Python can follow; InputError naming the place otherwise."""
+    """A round's bytes as JSON: UTF-8, standard JSON only (no NaN or Infinity, each named by its
+    field), numbers of sane size, nesting Python can follow; InputError naming the place otherwise."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError([f"{source}: not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}); "
                           "save the round as UTF-8"]) from None
+    constants: list[_Constant] = []
 
-    def non_finite(token: str) -> None:
-        raise InputError([f"{source}: {token} is not a JSON number; use a finite number"])
+    def constant(token: str) -> _Constant:  # Python's json reads NaN and Infinity: mark them, name them below
+        constants.append(_Constant(token))
+        return constants[-1]
 
     try:
-        return json.loads(text, parse_constant=non_finite)
+        raw = json.loads(text, parse_constant=constant)
     except json.JSONDecodeError as exc:
         raise InputError([f"{source}: not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"]) from None
     except ValueError as exc:  # Python's limit on integer digits
         raise InputError([f"{source}: a number is too large to read ({exc}); numbers must be at most 2**53"]) from None
     except RecursionError:
         raise InputError([f"{source}: nested too deeply to read; a round nests a few levels"]) from None
+    if constants:
+        raise InputError(_constant_problems(raw, constants, source))
+    return raw
+
+
+class _Constant:
+    """A NaN, Infinity or -Infinity token where the JSON has a value: JSON has none of them."""
+
+    __slots__ = ("token",)
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+
+_CONSTANTS_SHOWN = 10  # a round of NaNs is answered with the first few, and how many more
+
+
+def _constant_problems(raw: Any, constants: list[_Constant], source: str) -> list[str]:
+    """One problem per NaN or Infinity, named by its field's path (`jobs[0].batch.max_bsz`)."""
+    fix = "JSON has no NaN or Infinity; write a finite number, or leave the field out for its default"
+    found = [f"{source}: {path or 'the round'}: {value.token} is not a JSON number ({fix})"
+             for path, value in _paths(raw) if isinstance(value, _Constant)]
+    dropped = len(constants) - len(found)  # under a key given twice, whose last value JSON keeps
+    if dropped:
+        found.append(f"{source}: {constants[0].token} is not a JSON number, under a key given twice ({fix})")
+    if len(found) > _CONSTANTS_SHOWN:
+        found[_CONSTANTS_SHOWN:] = [f"{source}: and {len(found) - _CONSTANTS_SHOWN} more NaN or Infinity values"]
+    return found
+
+
+def _paths(raw: Any) -> Iterator[tuple[str, Any]]:
+    """Every value of `raw` with its path as the checker names fields, in document order; a loop,
+    not recursion, as json.loads nests deeper than Python's recursion limit allows a walk."""
+    stack: list[tuple[str, Any]] = [("", raw)]
+    while stack:
+        path, value = stack.pop()
+        yield path, value
+        if isinstance(value, dict):
+            stack.extend(reversed([(_key_path(path, key), v) for key, v in value.items()]))
+        elif isinstance(value, list):
+            stack.extend(reversed([(f"{path}[{i}]", v) for i, v in enumerate(value)]))
+
+
+def _key_path(path: str, key: str) -> str:
+    name = key if len(key) <= 60 else show(key)
+    return f"{path}.{name}" if path else name
 
 
 def parse_round_input(raw: Any, overrides: Mapping[str, Any] | None = None) -> RoundInput:
@@ -107,7 +156,7 @@ def _parse_round(ck: Checker, raw: Any) -> RoundInput:
         jobs.append(job)
     check_current_gpus(ck, jobs, cluster)
     settings = _parse_settings(ck, raw.get("settings", {}))
-    round_s = ck.field(raw, "round", "round_s", "round", RoundInput.round_s)
+    round_s = ck.field(raw, "round", "round_s", "round", RoundInput.round_s, fix=_ROUND_S_FIX)
     if ck.problems:
         raise InputError(ck.problems)
     return RoundInput(cluster, tuple(jobs), settings, round_s)

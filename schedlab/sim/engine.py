@@ -30,7 +30,6 @@ from __future__ import annotations
 import collections
 import importlib
 import math
-import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -44,6 +43,7 @@ from threadpoolctl import threadpool_limits
 from schedlab.clusters import make_cluster
 from schedlab.errors import ConfigError
 from schedlab.io import json_text, spreadsheet_safe
+from schedlab.io.outputs import OUTPUT_KINDS, claim_folder
 from schedlab.models.freezing import layer_profile
 from schedlab.policies.base import Policy
 from schedlab.sim.jobs import Freezing, JobAgent, JobState, StepScale, TraceJob, reallocate
@@ -228,17 +228,9 @@ def _freeze_summary(jobs: pd.DataFrame) -> dict:
 
 
 def check_out_dir(out_dir: str | Path) -> Path:
-    """The output folder, created now if needed: a bad --out fails before the replay, not after."""
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out}: is a file; give a folder for jobs.csv, rounds.csv and summary.json")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"--out {out}: cannot create it ({exc.strerror}); give a folder you can write") from None
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise ConfigError(f"--out {out}: not writable; give a folder you can write")
-    return out
+    """The replay's output folder, created now if needed: a bad --out (a file, a sweep's folder, a
+    folder of other files: io.outputs.claim_folder) fails before the replay, not after."""
+    return claim_folder(out_dir, OUTPUT_KINDS["replay"])
 
 
 def write_outputs(result: ReplayResult, out_dir: str | Path) -> None:

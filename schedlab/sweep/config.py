@@ -1,7 +1,7 @@
 """A sweep's TOML config, validated, and its expansion into cells (one replay each).
 
     [sweep]
-    name = "pollux-artifact"        # default output folder: results/<name>
+    name = "pollux-artifact"        # default output folder: results/<name>, so a plain folder name
     world = "pollux"                # the world's defaults (sim.world.WORLDS): pollux, pal, variability
     baseline = "tiresias"           # policy label the report compares against
     metric = "mean_jct_s"           # the report's headline metric
@@ -45,6 +45,7 @@ import itertools
 import json
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -98,6 +99,8 @@ class Sweep:
         One JSON-able dict per replay: trace, max_jobs, policy, world, seed and every axis.
     text
         The config as given (with any overrides), stored beside the results.
+    source
+        Where the config was read from (its path), to name it in errors.
     """
 
     name: str
@@ -105,6 +108,28 @@ class Sweep:
     metric: str
     cells: tuple[dict[str, Any], ...]
     text: str  # the config as given, stored beside the results
+    source: str = "sweep config"
+
+    def same_results(self, other: Sweep) -> bool:
+        """Whether `other` resolves to this sweep's cells, in order, baseline and metric: the same
+        results and the same table, however its text is written or named."""
+        return (self.cells, self.baseline, self.metric) == (other.cells, other.baseline, other.metric)
+
+
+# A sweep's name is its folder under the results root (results/<name>): plain, so that it stays there.
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+NAME_RULES: tuple[tuple[Callable[[str], bool], str], ...] = (
+    (lambda name: not name, "is empty"),
+    (lambda name: name.startswith(("/", "\\")), "is an absolute path"),
+    (lambda name: "/" in name or "\\" in name, "holds a path separator"),
+    (lambda name: not name.strip("."), "is only dots"),
+    (lambda name: not PLAIN_NAME.fullmatch(name), "holds characters other than ASCII letters, digits, -, _ and ."),
+)
+
+
+def name_problem(name: str) -> str | None:
+    """What keeps `name` from being a folder of its own under the results root, or None."""
+    return next((problem for broken, problem in NAME_RULES if broken(name)), None)
 
 
 def cell_key(cell: dict[str, Any]) -> str:
@@ -197,8 +222,19 @@ def parse_sweep(text: str, source: str = "sweep config",
         cell = {"trace": trace, "max_jobs": max_jobs, "policy": policy, "world": world, **dict(zip(names, values))}
         cell["seed"] = cell.pop("seeds")
         cells.append(cell | {k: float(cell[k]) for k in floats})
-    return Sweep(str(head.get("name", Path(source).stem)), baseline, str(head.get("metric", "mean_jct_s")),
-                 tuple(cells), text)
+    return Sweep(_name(head, source, where), baseline, str(head.get("metric", "mean_jct_s")), tuple(cells), text, source)
+
+
+def _name(head: dict[str, Any], source: str, where: _Where) -> str:
+    """sweep.name, plain (name_problem); without one, the config file's stem, which holds no
+    separator and is no dots-only name of a file that could be read."""
+    if "name" not in head:
+        return Path(source).stem
+    name = str(head["name"])
+    if problem := name_problem(name):
+        raise where.error("name", f"sweep.name {name!r} {problem}; name the sweep with ASCII letters, digits, -, _ "
+                                  "and . (not only dots), e.g. \"load-study\": its results go to results/<name>")
+    return name
 
 
 class _Where:

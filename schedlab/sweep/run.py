@@ -4,7 +4,8 @@ Every finished cell is written to OUT/cells/<key>.json (atomically: a temporary 
 rename), so a sweep killed at any moment resumes from what is on disk and no cell is stored
 twice. A cell that raised is written to OUT/cells/<key>.error.json with its traceback; the
 sweep goes on, and the next run retries it. The driver writes the files, never the workers,
-so a Dask cluster needs no shared file system.
+so a Dask cluster needs no shared file system. A sweep runs into a folder that is new, empty or
+its own config's (claim_sweep_folder): another config's only when forced, never another kind's.
 """
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ import pandas as pd
 
 from schedlab import __version__
 from schedlab.errors import ConfigError
+from schedlab.io.outputs import OUTPUT_KINDS, claim_folder
 from schedlab.policies import Policy, make_policy
 from schedlab.sim.engine import one_blas_thread, replay
 from schedlab.sim.jobs import TraceJob
 from schedlab.sim.world import WORLDS, ReplayConfig
 from schedlab.state import FreezePenalty
-from schedlab.sweep.config import MODELS, POLICY_AXES, WORLD_AXES, Sweep, cell_key, trace_label
+from schedlab.sweep.config import MODELS, POLICY_AXES, WORLD_AXES, Sweep, cell_key, parse_sweep, trace_label
 from schedlab.trace_specs import trace_spec
 
 __all__ = ["ENGINES", "CellStore", "Remote", "build_jobs", "cell_config", "deterministic", "execute", "make_cell_policy",
@@ -102,11 +104,12 @@ def _read_record(path: Path) -> dict[str, Any] | None:
 
 
 class CellStore:
-    """OUT/cells/<key>.json per finished cell, <key>.error.json per failed one."""
+    """OUT/cells/<key>.json per finished cell, <key>.error.json per failed one. Reading creates
+    nothing (the folder appears with its first cell), so that looking into a folder a sweep
+    is about to claim leaves it empty."""
 
     def __init__(self, out: str | Path):
         self.dir = Path(out) / "cells"
-        self.dir.mkdir(parents=True, exist_ok=True)
 
     def done(self) -> set[str]:
         """Keys of the finished cells whose files are whole (a truncated, empty or foreign file is
@@ -120,6 +123,7 @@ class CellStore:
         the error file of an earlier failed run.
         """
         name = f"{record['key']}.error.json" if "error" in record else f"{record['key']}.json"
+        self.dir.mkdir(exist_ok=True)
         tmp = self.dir / f".{name}.{os.getpid()}.tmp"
         tmp.write_text(json.dumps(record))
         os.replace(tmp, self.dir / name)
@@ -186,15 +190,19 @@ class Remote:
 
 
 def run_sweep(sweep: Sweep, out: str | Path, engine: str = "local", workers: int | None = None,
-              address: str | Remote | None = None, progress: bool = True) -> tuple[list[dict], list[dict]]:
-    """Run the cells not yet stored under `out`; return (records, errors) of this sweep's cells."""
+              address: str | Remote | None = None, progress: bool = True,
+              force: bool = False) -> tuple[list[dict], list[dict]]:
+    """Run the cells not yet stored under `out`; return (records, errors) of this sweep's cells.
+
+    `out` is new, empty or this config's folder (claim_sweep_folder); with `force`, another
+    config's folder too.
+    """
     if engine not in ENGINES:
         raise ConfigError(f"engine {engine!r}: use one of {', '.join(ENGINES)}")
     remote = Remote(address) if isinstance(address, str) else address
     if remote is not None:
         remote.check()
-    store = CellStore(out)
-    (Path(out) / "sweep.toml").write_text(sweep.text)
+    store = CellStore(claim_sweep_folder(sweep, out, force))
     keys = {cell_key(c): c for c in sweep.cells}
     todo = [c for k, c in keys.items() if k not in store.done()]
     workers = workers or os.cpu_count() or 1
@@ -207,6 +215,49 @@ def run_sweep(sweep: Sweep, out: str | Path, engine: str = "local", workers: int
                 failed.append(record)
             bar.finished("error" in record)
     return store.records(set(keys)), failed
+
+
+def claim_sweep_folder(sweep: Sweep, out: str | Path, force: bool = False) -> Path:
+    """The sweep's results folder, its config stored there as sweep.toml.
+
+    A new or empty folder, or one holding this config's results (the same cells, baseline and
+    metric: the sweep resumes there). A folder of another config is refused, naming both, unless
+    `force`: then its sweep.toml is replaced, and the cells the two share are reused. A folder of
+    another kind, or of other files, is refused always (io.outputs.claim_folder).
+    """
+    folder = claim_folder(out, OUTPUT_KINDS["sweep"])
+    stored = folder / "sweep.toml"
+    if stored.is_file() and not force:
+        _check_same_config(sweep, stored)
+    stored.write_text(sweep.text)
+    return folder
+
+
+def _check_same_config(sweep: Sweep, stored: Path) -> None:
+    """Raise ConfigError, naming both configs, where the config `stored` is not `sweep`'s."""
+    try:
+        text = stored.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--out {stored.parent}: cannot read its {stored.name} ({exc}); give another --out, "
+                          f"or --force to store {sweep.source} there") from None
+    if text == sweep.text:
+        return
+    try:
+        before = parse_sweep(text, str(stored))
+    except ConfigError as exc:
+        what = f"{stored}, which no longer reads as a sweep config ({exc}),"
+    else:
+        if before.same_results(sweep):
+            return
+        shared = len({cell_key(c) for c in before.cells} & {cell_key(c) for c in sweep.cells})
+        what = f"{stored} (sweep {before.name!r}, {_cells(len(before.cells))}; {shared} shared with the new one)"
+    raise ConfigError(f"--out {stored.parent}: holds another sweep config's results: {what} is not {sweep.source} "
+                      f"(sweep {sweep.name!r}, {_cells(len(sweep.cells))}); give {sweep.source} another --out, or "
+                      f"--force to run it there ({sweep.source} replaces {stored}; the cells they share are reused)")
+
+
+def _cells(count: int) -> str:
+    return f"{count} cell{'s' * (count != 1)}"
 
 
 def _exit_with_driver(driver_pid: int, every_s: float = 0.5) -> None:
