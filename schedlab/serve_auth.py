@@ -10,7 +10,8 @@ open for load balancers' probes; it tells only liveness, version and load) must 
 digest is compared with every token's in constant time, whichever matches.
 
 The service refuses a non-loopback address without tokens unless the operator says
-`--insecure`, and warns when tokens would cross a network in clear text.
+`--insecure`, and warns when tokens would cross a network in clear text. Nothing here imports
+Starlette at load time, so the loopback rule serves the sweeps' Dask check (sweep.run) too.
 """
 
 from __future__ import annotations
