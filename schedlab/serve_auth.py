@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import json
 import re
 import ssl
 from dataclasses import dataclass
@@ -151,12 +152,13 @@ class BearerAuth:
 
 
 def _unauthorized(presented: bool) -> Response:
-    from starlette.responses import JSONResponse
+    from starlette.responses import Response
 
     problem = ("Authorization: this token is not one of the service's" if presented else
                "Authorization: missing; send `Authorization: Bearer TOKEN` with a token the operator gave you")
     challenge = f'{REALM}, error="invalid_token"' if presented else REALM
-    return JSONResponse({"error": "unauthorized", "problems": [problem]}, 401, {"WWW-Authenticate": challenge})
+    body = json.dumps({"error": "unauthorized", "problems": [problem]})  # as serve's other errors are written
+    return Response(body, 401, {"WWW-Authenticate": challenge}, media_type="application/json")
 
 
 def is_loopback(host: str) -> bool:
