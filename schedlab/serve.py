@@ -23,6 +23,7 @@ enables more of the registry (`allow_solvers`): a request never names a program.
 accepting connections and lets the rounds in flight finish (uvicorn's graceful shutdown).
 
 Built on Starlette and uvicorn (the `serve` extra); the rounds are solve_round's, unchanged.
+Who may call it (bearer tokens, each client with its own policy states) and TLS: serve_auth.
 """
 
 from __future__ import annotations
@@ -41,12 +42,14 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from schedlab import __version__
 from schedlab.errors import InputError, SchedlabError
+from schedlab.serve_auth import OPEN, BearerAuth, Clients, TLSFiles, client_of, with_bearer
 from schedlab.solvers.registry import array_solver_names
 from schedlab.state import Settings
 
@@ -137,7 +140,7 @@ def openapi() -> dict[str, Any]:
         "error": {"enum": ["invalid_input", "failed", "busy", "too_large", "conflict", "not_found"]},
         "problems": {"type": "array", "items": {"type": "string"}}}}
     as_json = lambda ref: {"content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}}}  # noqa: E731
-    return {
+    return with_bearer({
         "openapi": "3.1.0",
         "info": {"title": "schedlab", "version": __version__,
                  "description": "Every round of a GPU-cluster scheduler as an optimization model."},
@@ -169,7 +172,7 @@ def openapi() -> dict[str, Any]:
                 "responses": {"204": {"description": "forgotten"}, "404": {"description": "no such state"}}}},
         },
         "components": {"schemas": {"RoundInput": round_input, "RoundResult": round_result, "Error": error}},
-    }
+    })
 
 
 @dataclass
@@ -212,15 +215,16 @@ async def read_body(request: Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def make_app(config: ServeConfig) -> Starlette:
-    """The Starlette application serving the module docstring's API under the operator's `config`."""
+def make_app(config: ServeConfig, clients: Clients = OPEN) -> Starlette:
+    """The Starlette application serving the module docstring's API under the operator's `config`,
+    to `clients` only (serve_auth: their bearer tokens; each sees its own policy states)."""
     admission = Admission(config.workers + config.queue)
 
     def too_large() -> Response:
         return _json({"error": "too_large", "problems": [
             f"body: over {config.max_body_bytes:,} bytes, the most this service takes"]}, 413)
     pool: dict[str, Any] = {}
-    states: dict[str, PolicyState] = {}
+    states: dict[tuple[str, str], PolicyState] = {}  # by (client, state_id)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -267,13 +271,14 @@ def make_app(config: ServeConfig) -> Starlette:
         if not STATE_ID.fullmatch(state_id):
             return _json({"error": "invalid_input", "problems": [
                 "state_id: required, 1-128 characters of letters, digits, '.', '_' or '-'"]}, 400)
-        state = states.get(state_id)
+        key = (client_of(request.scope), state_id)
+        state = states.get(key)
         if state is None:
             if len(states) >= config.max_states:
                 return _json({"error": "busy", "problems": [
                     f"{len(states)} policy states held, the most this service keeps; DELETE /v1/states/ID"]}, 503)
             try:
-                state = states[state_id] = PolicyState(name, make_policy(name))
+                state = states[key] = PolicyState(name, make_policy(name))
             except ConfigError as exc:
                 return _json({"error": "invalid_input", "problems": [f"policy: {exc}"]}, 400)
         if state.name != name:
@@ -294,7 +299,7 @@ def make_app(config: ServeConfig) -> Starlette:
             admission.leave()
 
     async def forget(request: Request) -> Response:
-        if states.pop(request.path_params["state_id"], None) is None:
+        if states.pop((client_of(request.scope), request.path_params["state_id"]), None) is None:
             return _json({"error": "not_found", "problems": ["state_id: no such state"]}, 404)
         return Response(status_code=204)
 
@@ -323,11 +328,14 @@ def make_app(config: ServeConfig) -> Starlette:
         Route("/v1/policies/{policy}/rounds", policy_round, methods=["POST"]),
         Route("/v1/states/{state_id}", forget, methods=["DELETE"]),
         Route("/v1/openapi.json", static(openapi())),
-    ], lifespan=lifespan)
+    ], lifespan=lifespan, middleware=[Middleware(BearerAuth, clients=clients)])
 
 
-def serve(config: ServeConfig, host: str = "127.0.0.1", port: int = 8080, graceful_s: int = 120) -> None:
-    """Run until SIGTERM or SIGINT; rounds in flight get up to graceful_s to finish."""
+def serve(config: ServeConfig, host: str = "127.0.0.1", port: int = 8080, graceful_s: int = 120,
+          clients: Clients = OPEN, tls: TLSFiles | None = None) -> None:
+    """Run until SIGTERM or SIGINT; rounds in flight get up to graceful_s to finish. With `clients`,
+    only they are served; with `tls`, over HTTPS."""
     import uvicorn
 
-    uvicorn.run(make_app(config), host=host, port=port, timeout_graceful_shutdown=graceful_s, log_level="info")
+    uvicorn.run(make_app(config, clients), host=host, port=port, timeout_graceful_shutdown=graceful_s, log_level="info",
+                ssl_certfile=tls.certfile if tls else None, ssl_keyfile=tls.keyfile if tls else None)

@@ -235,7 +235,8 @@ def test_a_remote_dask_scheduler_needs_tls_or_an_explicit_insecure(tmp_path):
 
     with pytest.raises(ConfigError, match="runs pickled tasks from whoever answers there; use tls://"):
         Remote("tcp://10.0.0.5:8786").check()
-    for ok in (Remote("tls://10.0.0.5:8786"), Remote("tcp://127.0.0.1:8786"), Remote("tcp://10.0.0.5:8786", insecure=True)):
+    for ok in (Remote("tls://10.0.0.5:8786", tls_ca_file="ca.pem", tls_cert="c.pem"), Remote("tcp://127.0.0.1:8786"),
+               Remote("tcp://10.0.0.5:8786", insecure=True)):
         ok.check()
     config = tmp_path / "tiny.toml"
     config.write_text(TINY)

@@ -177,7 +177,7 @@ def _bench_scale(args: argparse.Namespace) -> int:
 
 
 def serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """Where to listen, the workers and queue, the limits and allowed solvers."""
+    """Where to listen, the workers and queue, the limits and allowed solvers, the clients and TLS."""
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=number(int, 1, 65535), default=8080)
     parser.add_argument("--workers", type=COUNT, default=None, help="processes solving rounds (default: one per core)")
@@ -189,10 +189,23 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-solver-options", action="store_true",
                         help="take rounds' settings.solver_options (they reach the solver unchecked: a time limit or a "
                              "file to write among them)")
+    parser.add_argument("--token-file", default=None, metavar="PATH",
+                        help="serve only requests with `Authorization: Bearer TOKEN` for a TOKEN of this file (one a "
+                             "line, or NAME:TOKEN; # comments); each client sees only its own policy states")
+    parser.add_argument("--ssl-certfile", default=None, metavar="PEM", help="serve HTTPS with this certificate chain")
+    parser.add_argument("--ssl-keyfile", default=None, metavar="PEM", help="the private key of --ssl-certfile")
+    parser.add_argument("--insecure", action="store_true",
+                        help="allow a --host other than loopback without --token-file (trusted networks only)")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    """Answer rounds over HTTP until SIGTERM."""
+    """Answer rounds over HTTP (or HTTPS) until SIGTERM; a non-loopback host needs --token-file or --insecure."""
+    from schedlab.serve_auth import OPEN, check_bind, read_token_file, tls_files
+
+    tls = tls_files(args.ssl_certfile, args.ssl_keyfile)
+    clients = read_token_file(args.token_file) if args.token_file else OPEN
+    for warning in check_bind(args.host, bool(clients), tls is not None, args.insecure):
+        print(f"schedlab: warning: {warning}", file=sys.stderr)
     try:
         from schedlab.serve import ServeConfig, serve
     except ImportError as exc:
@@ -205,5 +218,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     workers = args.workers if args.workers is not None else ServeConfig().workers
     serve(ServeConfig(workers, args.queue, args.max_time_limit, args.max_body_mb * 2**20,
                       allow_solvers=(*array_solver_names(), *args.allow_solver),
-                      allow_solver_options=args.allow_solver_options), args.host, args.port)
+                      allow_solver_options=args.allow_solver_options), args.host, args.port,
+          clients=clients, tls=tls)
     return 0

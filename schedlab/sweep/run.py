@@ -30,6 +30,7 @@ from schedlab import __version__
 from schedlab.errors import ConfigError
 from schedlab.io.outputs import OUTPUT_KINDS, claim_folder
 from schedlab.policies import Policy, make_policy
+from schedlab.serve_auth import is_loopback
 from schedlab.sim.engine import one_blas_thread, replay
 from schedlab.sim.jobs import TraceJob
 from schedlab.sim.world import WORLDS, ReplayConfig
@@ -155,7 +156,8 @@ class Remote:
     """A Dask scheduler to run cells on. Its workers unpickle and run what the scheduler sends,
     and over plain tcp:// anyone who can answer at the address can send it: so a remote
     scheduler needs TLS (tls:// with these files, as Dask's Security takes them, or Dask's own
-    distributed.comm.tls config), or `insecure` said out loud. Loopback addresses are trusted."""
+    distributed.comm.tls config), or `insecure` said out loud. Loopback addresses (serve_auth's
+    rule) are trusted."""
 
     address: str
     tls_ca_file: str | None = None
@@ -173,20 +175,42 @@ class Remote:
                         require_encryption=True)
 
     def check(self) -> None:
-        """Refuse an unencrypted remote scheduler unless `insecure` is set.
+        """Refuse an unencrypted remote scheduler unless `insecure` is set, and TLS settings that cannot connect.
 
         Raises
         ------
         ConfigError
-            For an address that is not loopback, over any scheme but tls://, without `insecure`.
+            For an address that is not loopback, over any scheme but tls://, without `insecure`;
+            tls:// without the CA and this client's certificate (the files, or Dask's config);
+            TLS files for an address that is not tls://.
         """
         scheme, _, rest = self.address.partition("://")
-        host = rest.rsplit(":", 1)[0].strip("[]")
-        if scheme == "tls" or self.insecure or host in ("localhost", "127.0.0.1", "::1"):
+        host = rest.rsplit(":", 1)[0]
+        files = self.tls_ca_file or self.tls_cert or self.tls_key
+        if scheme == "tls":
+            if (self.tls_ca_file and self.tls_cert) if files else _dask_tls_configured():
+                return
+            raise ConfigError(f"--address {self.address}: tls:// needs the CA that signed the scheduler and this "
+                              "client's certificate: --tls-ca-file and --tls-cert (and --tls-key unless the "
+                              "certificate file holds the key), or Dask's distributed.comm.tls config")
+        if files:
+            raise ConfigError(f"--address {self.address}: --tls-ca-file, --tls-cert and --tls-key are for a "
+                              "tls:// address; use tls://HOST:PORT")
+        if self.insecure or is_loopback(host):
             return
         raise ConfigError(f"--address {self.address}: a remote scheduler over {scheme or 'tcp'}:// runs pickled "
                           "tasks from whoever answers there; use tls://HOST:PORT with --tls-ca-file, --tls-cert "
                           "and --tls-key (or Dask's TLS config), or --insecure on a network you trust")
+
+
+def _dask_tls_configured() -> bool:
+    """Whether Dask's own config (distributed.comm.tls) names a CA and a client certificate."""
+    try:
+        import dask
+    except ImportError:  # the dask engine says what to install
+        return False
+    return bool(dask.config.get("distributed.comm.tls.ca-file", None)
+                and dask.config.get("distributed.comm.tls.client.cert", None))
 
 
 def run_sweep(sweep: Sweep, out: str | Path, engine: str = "local", workers: int | None = None,
