@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import logging
 import multiprocessing
 import multiprocessing.util  # before start() registers its exit hook: hooks run last-registered first
 import signal
@@ -29,7 +30,8 @@ from typing import Any
 
 __all__ = ["RoundFailed", "RoundPool", "WorkerDied"]
 
-SPAWN_RETRY_S = 1.0  # a worker that cannot be started (no memory, no processes left) is tried again after this
+log = logging.getLogger(__name__)
+SPAWN_RETRY_S = 1.0  # a worker that cannot be started (no memory, no processes left) is started again after this
 
 
 class WorkerDied(Exception):
@@ -201,7 +203,7 @@ class RoundPool:
         while not self._closing:
             try:
                 worker = await loop.run_in_executor(self._spawner, _spawn, self._context)
-            except OSError:
+            except (OSError, EOFError):  # EOFError: the forkserver died while starting it
                 await asyncio.sleep(SPAWN_RETRY_S)
                 continue
             if self._closing:
@@ -218,6 +220,8 @@ class RoundPool:
         if self._live.pop(worker.pid, None) is None or self._closing:
             return
         self.deaths += 1
+        log.warning("round worker %d ended (exit code %s)%s; starting another", worker.pid, worker.process.exitcode,
+                    ": its round runs again" if worker.pid in self._busy else "")
         if worker.pid not in self._busy:  # a busy worker is retired by its call's release
             self._retire(worker)
         task = asyncio.ensure_future(self._add_worker())

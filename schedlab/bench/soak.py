@@ -144,10 +144,7 @@ class Service:
     def stop(self, timeout_s: float = 120.0) -> int:
         """SIGTERM, then wait: the server's exit status."""
         self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=timeout_s)
-        finally:
-            self.log.close()
+        return self.proc.wait(timeout=timeout_s)
 
     def __enter__(self) -> Service:
         return self
@@ -155,6 +152,7 @@ class Service:
     def __exit__(self, *_: object) -> None:
         if self.proc.poll() is None:
             self.stop()
+        self.log.close()
 
 
 @dataclass(frozen=True)
