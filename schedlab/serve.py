@@ -22,6 +22,9 @@ Retry-After. A round's time limit is its own (settings.time_limit_s), at most th
 enables more of the registry (`allow_solvers`): a request never names a program. SIGTERM stops
 accepting connections and lets the rounds in flight finish (uvicorn's graceful shutdown).
 
+A worker that dies (killed, out of memory) is replaced at once, and the round it was solving is
+tried again once on another (schedlab.serve_pool).
+
 Built on Starlette and uvicorn (the `serve` extra); the rounds are solve_round's, unchanged.
 Who may call it (bearer tokens, each client with its own policy states) and TLS: serve_auth.
 """
@@ -30,12 +33,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
 import os
 import re
 from collections.abc import AsyncIterator
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,7 @@ from starlette.routing import Route
 from schedlab import __version__
 from schedlab.errors import InputError, SchedlabError
 from schedlab.serve_auth import OPEN, BearerAuth, Clients, TLSFiles, client_of, with_bearer
+from schedlab.serve_pool import RoundPool, WorkerDied
 from schedlab.solvers.registry import array_solver_names
 from schedlab.state import Settings
 
@@ -196,13 +198,6 @@ def schedule_with(policy: Any, body: bytes) -> tuple[int, dict[str, Any]]:
         return 500, error_to_dict(exc)
 
 
-def round_workers(workers: int) -> ProcessPoolExecutor:
-    """The processes that solve rounds, started by a forkserver as sweep workers are: a forked
-    child would inherit the thread pools (BLAS, solver threads) of the server's policy-state
-    threads with their locks held, and hang on their first use."""
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("forkserver"))
-
-
 async def read_body(request: Request, limit: int) -> bytes | None:
     """The body, or None once it passes `limit` bytes: read in chunks, so a client that sends
     no Content-Length cannot make the server hold more than the limit."""
@@ -228,12 +223,13 @@ def make_app(config: ServeConfig, clients: Clients = OPEN) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        pool["rounds"] = round_workers(config.workers)
+        pool["rounds"] = RoundPool(config.workers)
         pool["states"] = ThreadPoolExecutor(max_workers=config.workers)
+        await pool["rounds"].start()
         try:
             yield
         finally:  # after uvicorn drained the requests in flight
-            pool["rounds"].shutdown(wait=True)
+            await pool["rounds"].close(grace_s=config.max_time_limit_s)
             pool["states"].shutdown(wait=True)
 
     async def solve(request: Request) -> Response:
@@ -249,16 +245,10 @@ def make_app(config: ServeConfig, clients: Clients = OPEN) -> Starlette:
             body = await read_body(request, config.max_body_bytes)
             if body is None:
                 return too_large()
-            rounds = pool["rounds"]
             try:
-                status, out = await asyncio.get_running_loop().run_in_executor(rounds, solve_request, body, config)
-            except BrokenProcessPool:  # a worker died (killed, out of memory): new workers for the next rounds
-                if pool["rounds"] is rounds:
-                    pool["rounds"] = round_workers(config.workers)
-                    rounds.shutdown(wait=False)
-                return _json({"error": "failed", "problems": [
-                    "the worker solving this round died (killed, or out of memory); the service started new "
-                    "workers: retry, or send a smaller round"]}, 500)
+                status, out = await pool["rounds"].run(solve_request, body, config)
+            except WorkerDied as exc:  # on its first worker and on the one that tried it again
+                return _json({"error": "failed", "problems": [str(exc)]}, 500)
             return _json(out, status)
         finally:
             admission.leave()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -239,36 +238,3 @@ def test_concurrent_clients_each_get_their_own_answer(server):
     assert all(answers[k][0] == 200 for k in range(8))  # 8 at once fit the 1 worker + 16 queued
     for k in range(8):
         assert [a["job_id"] for a in answers[k][1]["allocations"]] == [j["id"] for j in rounds[k]["jobs"]]
-
-
-def _descendants(pid: int) -> list[int]:
-    """The processes below pid (from /proc: no pgrep needed); the round workers are the
-    forkserver's children."""
-    parent = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parent[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except OSError:  # the process ended meanwhile
-            continue
-    found, frontier = [], [pid]
-    while frontier:
-        frontier = [child for child, p in parent.items() if p in frontier]
-        found += frontier
-    return found
-
-
-def test_a_worker_killed_mid_round_costs_that_round_only():
-    srv = Server("--workers", "1")
-    try:
-        assert srv.solve(EXAMPLE)[0] == 200  # the worker exists now
-        answers: list = []
-        slow = threading.Thread(target=lambda: answers.append(srv.solve(_slow_round(5.0))))
-        slow.start()
-        time.sleep(1.5)
-        for pid in _descendants(srv.proc.pid):
-            os.kill(pid, signal.SIGKILL)
-        slow.join(timeout=60)
-        assert answers and answers[0][0] == 500 and "worker solving this round died" in answers[0][1]["problems"][0]
-        assert srv.solve(EXAMPLE)[0] == 200  # new workers
-    finally:
-        srv.stop()

@@ -4,6 +4,7 @@ rounds   random allocation rounds from the shipped profiles, random placement ro
 latency  the solve-latency benchmarks of `schedlab bench` (one size; the scale table)
 fuzz     fuzzed valid and hostile rounds and an answer checker apart from schedlab.verify
 sweeps   the experiments' shared sweeps (import it by name: it loads pandas and matplotlib)
+soak     `schedlab serve` under traffic, worker kills and hang-ups (import it by name; Linux)
 """
 
 from schedlab.bench.fuzz import capacity_violations, mutated_case, run_mutated, run_valid, valid_round
