@@ -54,6 +54,21 @@ def solve_round(round_input: RoundInput | Mapping[str, Any], *, solver: str | No
     it (the array solvers its compiled arrays): add constraints, variables or objective terms;
     the answer is still decoded and verified against the round's rules
     (formulations.base.CustomizedModel).
+
+    Examples
+    --------
+    Two jobs on two nodes of 4 GPUs, one of them running on one GPU for 15 minutes:
+
+    >>> import schedlab
+    >>> result = schedlab.solve_round({
+    ...     "cluster": {"nodes": [{"id": "n0", "gpus": 4}, {"id": "n1", "gpus": 4}]},
+    ...     "jobs": [{"id": "a", "application": "cifar10", "current_gpus": [{"node": "n0", "gpu": 0}],
+    ...               "age_s": 900},
+    ...              {"id": "b", "application": "bert"}]})
+    >>> result.status, result.verified
+    ('optimal', True)
+    >>> [(a.job_id, a.num_gpus, a.total_bsz) for a in result.allocations]
+    [('a', 4, 140), ('b', 4, 48)]
     """
     started_s = time.perf_counter()
     overrides = {k: v for k, v in {"solver": solver, "time_limit_s": time_limit_s, "mip_gap": mip_gap,
@@ -78,6 +93,19 @@ def build_model(round_input: RoundInput | Mapping[str, Any], *, formulation: str
     The formulation module's sets, parameters, variables and constraints under its docstring's
     names; goodput's x is indexed by (job id, option). Validated as solve_round validates; write
     it with `model.write("round.lp", io_options={"symbolic_solver_labels": True})`.
+
+    Examples
+    --------
+    Two jobs on one node of 4 GPUs: each option names its group, nodes and GPUs.
+
+    >>> import schedlab
+    >>> m = schedlab.build_model({"cluster": {"nodes": [{"id": "n0", "gpus": 4}]},
+    ...                           "jobs": [{"id": "a", "application": "cifar10"}, {"id": "b", "application": "bert"}]})
+    >>> sorted(m.x)[:3]
+    [('a', 'g0/1n/1gpu'), ('a', 'g0/1n/2gpu'), ('a', 'g0/1n/4gpu')]
+    >>> import pyomo.environ as pyo
+    >>> [c.name for c in m.component_objects(pyo.Constraint)]
+    ['one', 'level', 'slots']
     """
     ri = parse_round_input(round_input, {"formulation": formulation} if formulation else None)
     return _one_model(FORMULATIONS[ri.settings.formulation](ri), ri).pyomo()
