@@ -22,6 +22,7 @@ from scipy import stats
 
 from schedlab.errors import ConfigError
 from schedlab.io import spreadsheet_safe, text_table
+from schedlab.io.outputs import OUTPUT_KINDS, folder_kind
 from schedlab.sweep.config import cell_key, load_sweep
 from schedlab.sweep.run import CellStore, records_frame
 
@@ -149,7 +150,10 @@ def report(out: str | Path, fmt: str = "md", figures: bool = False, baseline: st
     if fmt not in FORMATS:
         raise ConfigError(f"format {fmt!r}: use one of {', '.join(FORMATS)}")
     out = Path(out)
-    if not (out / "sweep.toml").exists():
+    kind = folder_kind(out)
+    if kind is not None and kind is not OUTPUT_KINDS["sweep"]:
+        raise ConfigError(f"{out} is a {kind.name}'s output folder, not a sweep's: give report the --out of a sweep")
+    if kind is None:
         raise ConfigError(f"{out} holds no sweep (no sweep.toml): run `schedlab sweep CONFIG --out {out}` first")
     sweep = load_sweep(out / "sweep.toml")
     order = {cell_key(c): i for i, c in enumerate(sweep.cells)}  # the config's cells, in its order
