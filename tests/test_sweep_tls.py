@@ -74,6 +74,7 @@ def test_the_cli_refuses_tls_without_the_files(tmp_path):
 
 
 def test_a_sweep_runs_on_a_tls_scheduler_as_it_runs_locally(tmp_path):
+    pytest.importorskip("distributed", reason="a sweep on Dask needs the dask extra")
     pytest.importorskip("cryptography", reason="Dask's Security.temporary makes the cluster's certificate with it")
     from dask.distributed import LocalCluster
     from distributed.security import Security
