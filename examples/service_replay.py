@@ -23,10 +23,8 @@ from urllib.parse import quote, urlsplit
 
 from schedlab.io import round_input_to_dict, round_result_from_dict
 from schedlab.policies import make_policy
-from schedlab.sim.engine import replay
-from schedlab.sim.world import WORLDS
+from schedlab.replay_api import setup
 from schedlab.state import RoundInput, RoundResult
-from schedlab.traces import load_workload, trace_jobs
 
 
 @dataclass
@@ -60,11 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", default="pollux")
     parser.add_argument("--url", default="http://127.0.0.1:8080")
     args = parser.parse_args(argv)
-    jobs = trace_jobs(load_workload(args.workload))
-    config = WORLDS["pollux"]  # `schedlab replay`'s default world, with its horizon rule
-    config = replace(config, horizon_s=max(config.horizon_s, max(j.submit_s for j in jobs) + config.horizon_s))
-    remote = replay(jobs, ServicePolicy(args.policy, args.url, f"replay-{uuid.uuid4().hex}"), config)
-    local = replay(jobs, make_policy(args.policy), config)
+    here = setup(args.workload, args.policy)  # `schedlab replay`'s jobs, world and horizon rule
+    remote = replace(here, policy=ServicePolicy(args.policy, args.url, f"replay-{uuid.uuid4().hex}")).run()
+    local = here.run()
     print(json.dumps({"service_mean_jct_s": remote.summary["mean_jct_s"],
                       "local_mean_jct_s": local.summary["mean_jct_s"], "rounds": remote.summary["rounds"]}))
     return 0

@@ -100,10 +100,21 @@ def _short(name: str) -> str:
 
 
 @dataclass(frozen=True)
-class WorkloadTrace(TraceSpec):
-    """A Pollux-format workload: a shipped name (workload-1..8) or a CSV path."""
+class _NamedTrace(TraceSpec, ABC):
+    """A trace read by name: a shipped one (workload-1..8) or a CSV path."""
 
     name: str
+
+    @property
+    def title(self) -> str:
+        """The name as given."""
+        return self.name
+
+
+@dataclass(frozen=True)
+class WorkloadTrace(_NamedTrace):
+    """A Pollux-format workload: a shipped name (workload-1..8) or a CSV path."""
+
     kind: ClassVar[str] = "workload"
 
     @property
@@ -111,32 +122,21 @@ class WorkloadTrace(TraceSpec):
         """The shipped name, or the CSV's file name without .csv."""
         return _short(self.name)
 
-    @property
-    def title(self) -> str:
-        """The name as given."""
-        return self.name
-
     def workload(self, rng: np.random.Generator) -> pd.DataFrame:
         """The workload as read (traces.load_workload)."""
         return load_workload(self.name)
 
 
 @dataclass(frozen=True)
-class SiaPhillyTrace(TraceSpec):
+class SiaPhillyTrace(_NamedTrace):
     """A Sia-Philly trace (PAL's artifact): a shipped name (workload-1..8) or a CSV path."""
 
-    name: str
     kind: ClassVar[str] = "sia_philly"
 
     @property
     def label(self) -> str:
         """sia-philly/ and its short name."""
         return f"sia-philly/{_short(self.name)}"
-
-    @property
-    def title(self) -> str:
-        """The name as given."""
-        return self.name
 
     def workload(self, rng: np.random.Generator) -> pd.DataFrame:
         """Its arrivals as a Pollux workload, applications drawn by GPU-time."""
