@@ -23,6 +23,7 @@ from schedlab.formulations.base import CustomizedModel
 from schedlab.io import parse_round_input
 from schedlab.milp import FAILED, OneRoundModel, RoundModel, SolveOutcome
 from schedlab.partition import auto_partitions, solve_partitioned
+from schedlab.solvers.highs_direct import lp_bound
 from schedlab.solvers.registry import solver as get_solver
 from schedlab.state import RoundInput, RoundResult, Status
 from schedlab.verify import verify
@@ -126,8 +127,8 @@ def _solve_validated(ri: RoundInput, started_s: float | None = None,
     Every answer is at least the floor: a solver's answer that is not proven optimal is compared
     with the formulation's greedy (`RoundModel.fallback`, computed then, not before: a proven
     round pays nothing for it), and the better of the two is the answer; the greedy's is flagged
-    `fallback` and keeps the solver's bound. A round whose limit is spent before a solver can
-    start answers the greedy at once.
+    `fallback`. A round whose limit is spent before a solver can start answers the greedy at
+    once. Every answer has an upper bound where one can be had in time (`_bounded`).
     """
     s = ri.settings
     t0 = time.perf_counter()
@@ -150,14 +151,15 @@ def _solve_validated(ri: RoundInput, started_s: float | None = None,
     build_s += options_s
     greedy = functools.cache(model.fallback)  # computed once, and only for an unproven answer
 
+    deadline_s = started_s + s.time_limit_s
     if outcome.values is not None:
         try:
             allocations = model.decode(outcome.values)
             verify(ri, allocations)
             objective = model.objective(outcome.values)
             if outcome.status == Status.OPTIMAL or objective >= model.objective(greedy()):
-                return RoundResult(allocations, outcome.status, s.solver, objective, outcome.bound, outcome.gap,
-                                   build_s, outcome.solve_s, True, outcome.message, options_s)
+                return _bounded(RoundResult(allocations, outcome.status, s.solver, objective, outcome.bound, outcome.gap,
+                                            build_s, outcome.solve_s, True, outcome.message, options_s), model, deadline_s)
             outcome = replace(outcome, message=f"the solver's answer ({objective:.6g}, {outcome.status}: "
                                                f"{outcome.message}) is below the greedy's")
         except (DecodeError, VerificationError) as exc:
@@ -166,7 +168,30 @@ def _solve_validated(ri: RoundInput, started_s: float | None = None,
     allocations = model.decode(values)
     verify(ri, allocations)
     objective = model.objective(values)
-    bound = outcome.bound if math.isfinite(outcome.bound) and outcome.values is not None else math.nan
-    gap = abs(bound - objective) / max(abs(objective), 1e-9) if math.isfinite(bound) else math.inf
-    return RoundResult(allocations, FALLBACK, s.solver, objective, bound, gap,
-                       build_s, outcome.solve_s, True, f"greedy fallback: {outcome.message}", options_s)
+    return _bounded(RoundResult(allocations, FALLBACK, s.solver, objective, outcome.bound, _gap(outcome.bound, objective),
+                                build_s, outcome.solve_s, True, f"greedy fallback: {outcome.message}", options_s),
+                    model, deadline_s)
+
+
+def _bounded(result: RoundResult, model: RoundModel, deadline_s: float) -> RoundResult:
+    """The answer with an upper bound: the solver's where it has one, else the LP relaxation of
+    the round's model (solvers.highs_direct.lp_bound), solved by the round's deadline (a
+    time.perf_counter() reading). Where it does not finish by then, no bound is invented: NaN,
+    flagged `bound_timed_out`. A model that is not one MILP (a windowed placement) has its solver's."""
+    if math.isfinite(result.bound) or not hasattr(model, "arrays"):
+        return result
+    bound = math.inf
+    if time.perf_counter() < deadline_s:
+        arrays = cast(OneRoundModel, model).arrays()
+        if (left_s := deadline_s - time.perf_counter()) > 0:
+            bound = lp_bound(arrays, left_s)
+    if not math.isfinite(bound):
+        return replace(result, bound=math.nan, gap=math.inf, bound_timed_out=True,
+                       message=f"{result.message}; no bound: the LP relaxation was not solved within the time limit")
+    return replace(result, bound=bound, gap=_gap(bound, result.objective),
+                   message=f"{result.message}; bound: the LP relaxation")
+
+
+def _gap(bound: float, objective: float) -> float:
+    """The objective's distance below the bound, relative (inf without a bound)."""
+    return abs(bound - objective) / max(abs(objective), 1e-9) if math.isfinite(bound) else math.inf

@@ -13,7 +13,9 @@ is small when every sub-problem looks like a scaled-down copy of the whole. Here
           the whole round's;
   solve   each part is a round of its own (solve_round, same settings), on local processes by
           default or on any concurrent.futures Executor (Dask: client.get_executor());
-  merge   allocations in the round's job order; objective and bound the parts' sums.
+  merge   allocations in the round's job order; objective and bound the parts' sums (each
+          part's bound its solver's or its LP relaxation's, so the merged answer has one
+          unless some part had none in time, `bound_timed_out`).
 
 The merged answer is valid (verified against the whole round) but not proven optimal for it:
 status "partitioned", and the bound is the partitioned problem's. `schedlab bench --scale`
@@ -116,13 +118,13 @@ def solve_partitioned(round_input: RoundInput, k: int, solve: Callable[[RoundInp
     by_id = {a.job_id: a for r in results for a in r.allocations}
     statuses = Counter(r.status for r in results)
     objective = sum(r.objective for r in results)
-    bound = sum(r.bound for r in results)
+    bound = sum(r.bound for r in results)  # NaN where some part has none
     return RoundResult(
         allocations=tuple(by_id[job.id] for job in round_input.jobs), status=PARTITIONED,
-        solver=round_input.settings.solver, objective=objective, bound=bound,
+        solver=round_input.settings.solver, objective=objective, bound=bound if math.isfinite(bound) else math.nan,
         gap=abs(bound - objective) / max(abs(objective), 1e-9) if math.isfinite(bound) else math.inf,
         build_s=max(r.build_s for r in results), solve_s=max(r.solve_s for r in results), verified=True,
         message=f"partitioned into {len(parts)} parts ({', '.join(f'{n} {s}' for s, n in statuses.items())}); "
                 "bound and gap are the partitioned problem's",
-        options_s=max(r.options_s for r in results),
+        options_s=max(r.options_s for r in results), bound_timed_out=any(r.bound_timed_out for r in results),
     )

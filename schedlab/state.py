@@ -383,7 +383,10 @@ class Status(StrEnum):
 class RoundResult:
     """The answer of a round (status: Status). build_s counts everything before the solver
     searches; options_s is its part spent building the formulation's model (for goodput:
-    enumerating and valuing the options)."""
+    enumerating and valuing the options). `bound` is an upper bound on the objective: the
+    solver's, else the LP relaxation of the round's model (of a partitioned round, the sum of
+    its parts'); NaN only for a heuristic policy's answer and where even the LP relaxation did
+    not finish within the time limit, `bound_timed_out`."""
 
     allocations: tuple[JobAllocation, ...]
     status: Status
@@ -396,6 +399,7 @@ class RoundResult:
     verified: bool
     message: str = ""
     options_s: float = 0.0
+    bound_timed_out: bool = False
 
     def allocation(self, job_id: str) -> JobAllocation:
         """The allocation of job `job_id` (KeyError if the round has no such job)."""

@@ -1,22 +1,37 @@
-"""LP-first solving (solvers.highs_direct) reaches the full MIP's optimum, and its bound holds."""
+"""LP-first solving (solvers.highs_direct) reaches the full MIP's optimum, and its bound holds;
+every answer that is not proven optimal carries a bound, the LP relaxation's where the solver
+has none (api._bounded), unless not even that was solved in time."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from brute_force import best_objective, feasible_choices
 from conftest import tiny_round
 
+import schedlab
+from schedlab.api import solve_round
 from schedlab.bench import random_round
+from schedlab.clusters import ClusterSpec, make_cluster
+from schedlab.formulations import FORMULATIONS
 from schedlab.formulations.goodput import build_arrays
 from schedlab.formulations.options import enumerate_options
+from schedlab.io import json_text, round_result_to_dict
+from schedlab.milp import FAILED, TIME_LIMIT, MilpArrays, SolveOutcome
 from schedlab.solvers import highs_direct
-from schedlab.solvers.highs_direct import solve_highs
+from schedlab.solvers.highs_direct import lp_bound, solve_highs
+from schedlab.solvers.outcome import best_of, start_outcome
 from schedlab.state import Settings
+
+RESULT_SCHEMA = json.loads((Path(schedlab.__file__).parent / "schemas" / "round_result.schema.json").read_text())
 
 
 def _path(message: str) -> str:
@@ -63,3 +78,41 @@ def test_neighbourhood_points_are_within_the_gap_of_the_full_optimum(ipm_min_col
         assert arrays.max_violation(fast.values) <= 1e-9
         paths[_path(fast.message)] += 1
     assert paths["LP first: MIP over the fractional jobs"] > 0, paths
+
+
+def _joint_round(seed: int) -> schedlab.RoundInput:
+    """40 jobs on 16 nodes of 4 GPUs in 4 racks, PAL's measured variability (bench's cluster)."""
+    cluster = make_cluster(ClusterSpec(16, 4, racks=4, variability="measured", seed=0))[0]
+    return replace(random_round(np.random.default_rng(seed), 64, 40, settings=Settings(formulation="joint")),
+                   cluster=cluster)
+
+
+@pytest.mark.parametrize("seed, status", [(0, "fallback"), (2, "time_limit")])
+def test_a_joint_round_stopped_early_is_bounded_by_its_lp_relaxation(seed, status):
+    """HiGHS stopped at once (its own time_limit 0) has only the warm start and no bound: the
+    answer's bound is the LP relaxation of the round's model, solved in the round's time."""
+    ri = _joint_round(seed)
+    res = solve_round(ri, solver="highs", solver_options={"time_limit": 0.0})
+    assert res.status == status and not res.bound_timed_out  # the greedy answered, or the warm start
+    assert res.bound == pytest.approx(lp_bound(FORMULATIONS["joint"](ri).arrays()), rel=1e-9)
+    assert res.bound >= res.objective and res.gap == pytest.approx((res.bound - res.objective) / abs(res.objective))
+
+
+def test_no_bound_is_invented_when_not_even_the_lp_relaxation_fits_the_limit():
+    res = solve_round(_joint_round(0), time_limit_s=1e-6)
+    assert res.status == "fallback" and res.verified and res.bound_timed_out and math.isnan(res.bound)
+    out = json.loads(json_text(round_result_to_dict(res)))
+    jsonschema.validate(out, RESULT_SCHEMA)
+    assert out["bound"] is None and out["gap"] is None and out["bound_timed_out"] is True
+
+
+def test_a_relaxation_bound_survives_searches_that_found_no_point():
+    """LP first's relaxation bounds the model even where no neighbourhood found a point: a MIP
+    or a race that stops without a bound of its own, or the warm start answered at the limit,
+    keeps it."""
+    model = MilpArrays(np.array([1.0, 1.0]), 0.0, sp.csr_matrix(np.ones((1, 2))), np.array([-np.inf]), np.array([1.0]),
+                       np.zeros(2), np.ones(2), np.ones(2, dtype=bool), start=np.array([1.0, 0.0]))
+    relaxed = SolveOutcome(FAILED, None, math.nan, 1.0, 0.01, "LP first: no neighbourhood point")
+    stopped = SolveOutcome(TIME_LIMIT, np.array([1.0, 0.0]), 1.0, math.inf, 0.02, "MIP: time limit reached")
+    assert best_of((stopped, relaxed), 1e-4).bound == 1.0
+    assert start_outcome(model, relaxed, 0.03).bound == 1.0

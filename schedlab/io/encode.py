@@ -113,7 +113,7 @@ def round_result_from_dict(raw: Mapping[str, Any]) -> RoundResult:
     number = lambda key, missing: missing if raw[key] is None else raw[key]  # noqa: E731
     return RoundResult(allocations, Status(raw["status"]), raw["solver"], number("objective", math.nan),
                        number("bound", math.nan), number("gap", math.inf), raw["build_s"], raw["solve_s"],
-                       raw["verified"], raw["message"], raw["options_s"])
+                       raw["verified"], raw["message"], raw["options_s"], raw["bound_timed_out"])
 
 
 def round_result_to_dict(res: RoundResult) -> dict[str, Any]:
@@ -131,5 +131,5 @@ def round_result_to_dict(res: RoundResult) -> dict[str, Any]:
         "status": res.status, "solver": res.solver, "objective": _nulls(res.objective),
         "bound": _nulls(res.bound), "gap": _nulls(res.gap), "build_s": res.build_s,
         "options_s": res.options_s, "solve_s": res.solve_s, "verified": res.verified, "message": res.message,
-        "allocations": allocations,
+        "bound_timed_out": res.bound_timed_out, "allocations": allocations,
     }

@@ -35,7 +35,7 @@ import numpy as np
 from schedlab.errors import InputError
 from schedlab.milp import FAILED, OPTIMAL, TIME_LIMIT, MilpArrays, SolveOutcome
 from schedlab.solvers.log import solver_log_on
-from schedlab.solvers.outcome import StopSignal, best_of, start_outcome
+from schedlab.solvers.outcome import StopSignal, best_of, start_outcome, tightest_bound
 
 __all__ = ["HIGHS_OPTIONS_URL", "IPM_MIN_COLS", "NEIGHBOURHOODS", "NEIGHBOURHOOD_MAX_SHARE", "check_options", "lp_bound",
            "lp_first_search", "set_options", "solve_highs"]
@@ -126,6 +126,8 @@ def solve_highs(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: in
     outcome = _run(model, model.integer, max(left_s(), 1e-3), mip_gap, seed, stop=stop, options=solver_options)
     if found is not None and found.values is not None and (outcome.values is None or found.objective > outcome.objective):
         outcome = best_of((outcome, found), mip_gap)  # the MIP's proof covers the better neighbourhood point
+    if found is not None:  # the relaxation's bound holds where the MIP stopped without one (or a weaker one)
+        outcome = replace(outcome, bound=tightest_bound((outcome, found)))
     return replace(outcome, solve_s=time.perf_counter() - t0)
 
 
@@ -196,7 +198,21 @@ def _neighbourhood(choice: np.ndarray, frac: np.ndarray, jobs: np.ndarray) -> np
 
 
 def lp_bound(model: MilpArrays, time_limit_s: float = 600.0) -> float:
-    """The LP relaxation's optimum: a bound on the MIP's (inf when not solved in time)."""
+    """The LP relaxation's optimum: an upper bound on the MIP's.
+
+    Parameters
+    ----------
+    model : MilpArrays
+        The model to maximize; its integrality is relaxed.
+    time_limit_s : float, default 600.0
+        Wall-clock seconds HiGHS may spend (its time_limit).
+
+    Returns
+    -------
+    float
+        The relaxation's optimal objective; inf (no bound) when HiGHS did not solve it within
+        `time_limit_s`.
+    """
     relaxed, _ = _relax(model, time_limit_s, 0)
     return relaxed.objective if relaxed.status == OPTIMAL else float("inf")
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from schedlab.milp import OPTIMAL, TIME_LIMIT, MilpArrays, SolveOutcome
 
-__all__ = ["StopSignal", "best_of", "start_outcome"]
+__all__ = ["StopSignal", "best_of", "start_outcome", "tightest_bound"]
 
 
 class StopSignal:
@@ -43,7 +43,7 @@ def best_of(outcomes: tuple[SolveOutcome, ...], mip_gap: float) -> SolveOutcome:
     if not found:
         return outcomes[-1]
     best = max(found, key=lambda o: o.objective)
-    bound = min((o.bound for o in found if not math.isnan(o.bound)), default=math.inf)
+    bound = tightest_bound(outcomes)
     gap = (bound - best.objective) / max(abs(best.objective), 1e-9)
     # one solver's proof covers the best point too (it is at least as good); at mip_gap 0 the two
     # solvers' tolerances can leave the bounds a hair apart, which is no reason to call it unproven
@@ -52,9 +52,17 @@ def best_of(outcomes: tuple[SolveOutcome, ...], mip_gap: float) -> SolveOutcome:
                    message="; ".join(o.message for o in outcomes))
 
 
+def tightest_bound(outcomes: tuple[SolveOutcome, ...]) -> float:
+    """The smallest bound of several searches of one model (inf where none has one). Every
+    search's bound holds, a point found or not: LP first's relaxation bounds the model even
+    where no neighbourhood found a point, and a MIP stopped early may report none."""
+    return min((o.bound for o in outcomes if not math.isnan(o.bound)), default=math.inf)
+
+
 def start_outcome(model: MilpArrays, found: SolveOutcome, solve_s: float) -> SolveOutcome:
-    """Out of time with no point of its own: the model's warm start, unproven, if it has one."""
+    """Out of time with no point of its own: the model's warm start, unproven, if it has one,
+    with the bound of the search so far (e.g. its LP relaxation's)."""
     if model.start is None:
         return replace(found, solve_s=solve_s)
-    return SolveOutcome(TIME_LIMIT, model.start, model.objective(model.start), float("inf"), solve_s,
+    return SolveOutcome(TIME_LIMIT, model.start, model.objective(model.start), tightest_bound((found,)), solve_s,
                         f"time limit reached ({found.message}): the warm start")
