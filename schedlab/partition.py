@@ -4,10 +4,12 @@ POP splits a granular allocation problem into k sub-problems, each with 1/k of t
 of the resources, solves them independently and in parallel, and merges the answers: the loss
 is small when every sub-problem looks like a scaled-down copy of the whole. Here:
 
-  nodes   contiguous runs of the cluster's nodes with about G/k GPUs each, cut only where no
-          running job holds GPUs on both sides (so every running job can stay, and pays its
-          restart factor if it moves, as in the whole round); each part keeps the topology of
-          its own nodes;
+  nodes   contiguous runs of blocks of the cluster with about G/k GPUs each, a block being a
+          node, or a whole rack where the formulation prices the topology (its registry
+          entry's `whole_racks`: no spread it could choose is cut); cut only where no running
+          job holds GPUs on both sides (so every running job can stay, and pays its restart
+          factor if it moves, as in the whole round); each part keeps the topology of its own
+          nodes;
   jobs    a running job goes with the part that holds its GPUs; a waiting job goes to the part
           with the fewest jobs per GPU so far, so that every part's fair share (GPUs per job) is
           the whole round's;
@@ -17,9 +19,11 @@ is small when every sub-problem looks like a scaled-down copy of the whole. Here
           part's bound its solver's or its LP relaxation's, so the merged answer has one
           unless some part had none in time, `bound_timed_out`).
 
-The merged answer is valid (verified against the whole round) but not proven optimal for it:
-status "partitioned", and the bound is the partitioned problem's. `schedlab bench --scale`
-reports the loss against the unpartitioned LP bound.
+How many parts (settings.partitions 0): by the number of jobs, at most the formulation's
+`jobs_per_part` a part (schedlab.formulations.Formulation). The merged answer is valid
+(verified against the whole round) but not proven optimal for it: status "partitioned", and the
+bound is the partitioned problem's. `schedlab bench --scale` reports the loss against the
+unpartitioned LP bound.
 """
 
 from __future__ import annotations
@@ -33,27 +37,32 @@ from dataclasses import replace
 
 import numpy as np
 
+from schedlab.formulations import FORMULATIONS
 from schedlab.state import Cluster, RoundInput, RoundResult, Status, Topology
 
-__all__ = ["JOBS_PER_PART", "PARTITIONED", "PART_SHARE", "auto_partitions", "solve_partitioned", "split_round"]
+__all__ = ["PARTITIONED", "PART_SHARE", "auto_partitions", "solve_partitioned", "split_round"]
 
 PARTITIONED = Status.PARTITIONED
-JOBS_PER_PART = 10_000  # auto: parts of at most this many jobs (one solves in ~3 s on one core)
 
 
 def auto_partitions(round_input: RoundInput) -> int:
-    """settings.partitions, or when 0 the smallest k with at most JOBS_PER_PART jobs a part
-    (never more parts than nodes)."""
-    k = round_input.settings.partitions or math.ceil(len(round_input.jobs) / JOBS_PER_PART)
-    return max(1, min(k, len(round_input.cluster.nodes)))
+    """settings.partitions, or when 0 the smallest k with at most the formulation's
+    jobs_per_part jobs a part (never more parts than blocks: nodes, or racks kept whole)."""
+    entry = FORMULATIONS[round_input.settings.formulation]
+    k = round_input.settings.partitions or math.ceil(len(round_input.jobs) / entry.jobs_per_part)
+    return max(1, min(k, len(_blocks(round_input))))
 
 
 def split_round(round_input: RoundInput, k: int) -> list[RoundInput]:
     """The sub-rounds (at most k: fewer where running jobs leave no cut) of the module docstring."""
     nodes = round_input.cluster.nodes
     index = round_input.cluster.node_index
-    part_of = np.cumsum(np.isin(np.arange(len(nodes)), _cuts(round_input, k)))  # part of each node
-    num_parts = int(part_of[-1]) + 1
+    blocks = _blocks(round_input)
+    block_part = np.cumsum(np.isin(np.arange(len(blocks)), _cuts(round_input, blocks, k)))
+    part_of = np.empty(len(nodes), dtype=int)  # part of each node
+    for b, members in enumerate(blocks):
+        part_of[list(members)] = block_part[b]
+    num_parts = int(block_part[-1]) + 1
     node_parts = [tuple(n for n, p in zip(nodes, part_of) if p == q) for q in range(num_parts)]
     gpus = [sum(n.gpus for n in ns) for ns in node_parts]
     jobs: list[list[int]] = [[] for _ in range(num_parts)]
@@ -68,20 +77,38 @@ def split_round(round_input: RoundInput, k: int) -> list[RoundInput]:
             for q in range(num_parts)]
 
 
-def _cuts(round_input: RoundInput, k: int) -> list[int]:
-    """Indices of the nodes that start a new part: the allowed cut nearest each ideal one."""
+def _blocks(round_input: RoundInput) -> list[tuple[int, ...]]:
+    """What no cut splits, as node indices, in the cluster's order of their first node: the
+    racks where the formulation keeps them whole and the cluster has them (a node in no rack is
+    a block alone), else every node alone."""
+    cluster = round_input.cluster
+    racks = cluster.topology.racks if cluster.topology is not None else ()
+    if not (FORMULATIONS[round_input.settings.formulation].whole_racks and racks):
+        return [(k,) for k in range(len(cluster.nodes))]
+    index = cluster.node_index
+    blocks = [tuple(sorted(index[n] for n in rack.nodes)) for rack in racks if rack.nodes]
+    racked = {k for block in blocks for k in block}
+    return sorted(blocks + [(k,) for k in range(len(cluster.nodes)) if k not in racked])
+
+
+def _cuts(round_input: RoundInput, blocks: list[tuple[int, ...]], k: int) -> list[int]:
+    """Indices of the blocks that start a new part: the allowed cut nearest each ideal one."""
     nodes = round_input.cluster.nodes
     index = round_input.cluster.node_index
-    spans = np.zeros(len(nodes) + 1, dtype=int)  # a cut before node i splits a running job
+    block_of = np.empty(len(nodes), dtype=int)
+    for b, members in enumerate(blocks):
+        block_of[list(members)] = b
+    spans = np.zeros(len(blocks) + 1, dtype=int)  # a cut before block b splits a running job
     for job in round_input.jobs:
         if job.running:
-            held = [index[g.node] for g in job.current_gpus]
-            spans[min(held) + 1] += 1
-            spans[max(held) + 1] -= 1
+            held = block_of[[index[g.node] for g in job.current_gpus]]
+            spans[held.min() + 1] += 1
+            spans[held.max() + 1] -= 1
     allowed = np.flatnonzero(np.cumsum(spans)[:-1] == 0)
     allowed = allowed[allowed > 0]
-    starts = np.cumsum([0] + [n.gpus for n in nodes])[:-1]  # GPUs before each node
-    total = starts[-1] + nodes[-1].gpus
+    sizes = [sum(nodes[i].gpus for i in members) for members in blocks]
+    starts = np.cumsum([0] + sizes)[:-1]  # GPUs before each block
+    total = starts[-1] + sizes[-1]
     cuts = {int(allowed[np.argmin(np.abs(starts[allowed] - q * total / k))]) for q in range(1, k) if len(allowed)}
     return sorted(cuts)
 

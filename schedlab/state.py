@@ -293,7 +293,8 @@ class Settings:
     lp_first: highs solves the LP relaxation first and a MIP over its fractional jobs only
        (solvers.highs_direct); False runs the full MIP.
     partitions: split the round into this many parts solved in parallel (schedlab.partition,
-       POP); 0 chooses from the round's size (1 up to 10,000 jobs), 1 never splits.
+       POP); 0 chooses from the round's size (a part per the formulation's jobs_per_part: 10,000
+       jobs for goodput, 8,000 for joint), 1 never splits.
     time_limit_s: wall-clock seconds for the whole round, building the model included.
     mip_gap: relative optimality gap at which a solver stops; status "optimal" means within it.
     seed: the solvers' random seed.

@@ -1,9 +1,11 @@
 """Partitioned solving (schedlab.partition, POP): every job placed once, running jobs keep their
-part, the merged answer is valid and close to the unpartitioned optimum."""
+part, joint rounds keep racks whole, the merged answer is valid and close to the unpartitioned
+optimum, and its bound is the sum of its parts'."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,12 +13,16 @@ from conftest import tiny_round
 
 from schedlab.api import solve_round
 from schedlab.bench import random_round
+from schedlab.clusters import ClusterSpec, make_cluster
 from schedlab.errors import InputError
+from schedlab.formulations import FORMULATIONS
 from schedlab.formulations.goodput import allocation_objective
 from schedlab.formulations.options import enumerate_options
 from schedlab.io import round_input_to_dict
 from schedlab.partition import PARTITIONED, auto_partitions, split_round
-from schedlab.state import Settings
+from schedlab.solvers.highs_direct import lp_bound
+from schedlab.state import GpuRef, Settings
+from schedlab.verify import verify
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +69,58 @@ def test_local_processes_give_the_same_answer_as_an_executor(medium_round):
 def test_partitions_are_chosen_from_the_round_size_and_validated():
     small = tiny_round(np.random.default_rng(0))
     assert auto_partitions(small) == 1
-    big = random_round(np.random.default_rng(0), 64, 20_001)
-    assert auto_partitions(big) == 3
+    big = random_round(np.random.default_rng(0), 64, 16_001)
+    assert auto_partitions(big) == 2  # goodput: parts of up to 10,000 jobs
+    assert auto_partitions(replace(big, settings=Settings(formulation="joint"))) == 3  # joint's cost more: 8,000
     raw = round_input_to_dict(small)
     raw["settings"]["partitions"] = -2
     with pytest.raises(InputError) as err:
         solve_round(raw)
     assert any("settings.partitions" in p for p in err.value.problems)
+
+
+@pytest.fixture(scope="module")
+def racked_round():
+    """40 jobs on 16 nodes of 4 GPUs in 4 racks of 4 nodes, PAL's measured variability; one
+    running job holds a GPU on each side of the boundary between racks r1 (n4-n7) and r2."""
+    cluster = make_cluster(ClusterSpec(16, 4, racks=4, variability="measured", seed=0))[0]
+    ri = replace(random_round(np.random.default_rng(3), 64, 40, running_fraction=0.0,
+                              settings=Settings(formulation="joint")), cluster=cluster)
+    spanning = replace(ri.jobs[0], current_gpus=(GpuRef("n7", 0), GpuRef("n8", 0)), age_s=3600.0)
+    return replace(ri, jobs=(spanning, *ri.jobs[1:]))
+
+
+@pytest.mark.parametrize("k, expected", [(2, 2), (3, 3), (4, 3)])
+def test_joint_parts_keep_racks_whole_and_running_jobs_with_their_gpus(racked_round, k, expected):
+    parts = split_round(racked_round, k)
+    assert len(parts) == expected  # no cut between r1 and r2, which a running job spans
+    racks = {rack.id: set(rack.nodes) for rack in racked_round.cluster.topology.racks}
+    for part in parts:
+        nodes = {n.id for n in part.cluster.nodes}
+        held = [rack for rack, members in racks.items() if members & nodes]
+        assert set().union(*(racks[r] for r in held)) == nodes  # whole racks, nothing else
+        assert {r.id for r in part.cluster.topology.racks} == set(held)
+        for job in part.jobs:
+            assert {g.node for g in job.current_gpus} <= nodes
+    assert sorted(j.id for p in parts for j in p.jobs) == sorted(j.id for j in racked_round.jobs)
+
+
+def test_goodput_cuts_nodes_as_without_racks(racked_round):
+    """Goodput prices no topology: its parts are cut between nodes, racks or not."""
+    ri = replace(racked_round, settings=Settings(formulation="goodput"))
+    flat = replace(ri, cluster=replace(ri.cluster, topology=None))
+    node_ids = lambda parts: [[n.id for n in p.cluster.nodes] for p in parts]  # noqa: E731
+    assert node_ids(split_round(ri, 3)) == node_ids(split_round(flat, 3))
+    assert any(len(p.cluster.nodes) % 4 for p in split_round(ri, 3))  # a rack is cut
+
+
+def test_a_partitioned_joint_round_verifies_and_is_bounded_by_its_parts_lp_bounds(racked_round):
+    """Each part's HiGHS stopped at once (its own time_limit 0): each part's bound is its LP
+    relaxation's, and the round's their sum."""
+    with ThreadPoolExecutor(1) as pool:
+        res = solve_round(racked_round, partitions=2, solver="highs", solver_options={"time_limit": 0.0}, executor=pool)
+    verify(racked_round, res.allocations)
+    assert res.status == PARTITIONED and not res.bound_timed_out
+    parts = split_round(racked_round, 2)
+    assert res.bound == pytest.approx(sum(lp_bound(FORMULATIONS["joint"](p).arrays()) for p in parts), rel=1e-9)
+    assert res.bound >= res.objective and res.gap == pytest.approx((res.bound - res.objective) / abs(res.objective))
