@@ -16,6 +16,9 @@ class InputError(SchedlabError, ValueError):
         self.problems = list(problems)
         super().__init__("invalid round input:\n  - " + "\n  - ".join(self.problems))
 
+    def __reduce__(self):  # across processes (a benchmark's, a partition's) with its problems, not its message
+        return type(self), (self.problems,)
+
 
 class ConfigError(SchedlabError, ValueError):
     """A workload, trace or replay setting is unusable; the message names it and the fix."""
@@ -27,6 +30,9 @@ class VerificationError(SchedlabError):
     def __init__(self, problems: list[str]):
         self.problems = list(problems)
         super().__init__("allocation failed verification:\n  - " + "\n  - ".join(self.problems))
+
+    def __reduce__(self):  # across processes with its problems, as InputError
+        return type(self), (self.problems,)
 
 
 class DecodeError(SchedlabError):

@@ -8,6 +8,7 @@ import json
 import math
 from collections import Counter
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 
 import jsonschema
@@ -80,11 +81,16 @@ def test_neighbourhood_points_are_within_the_gap_of_the_full_optimum(ipm_min_col
     assert paths["LP first: MIP over the fractional jobs"] > 0, paths
 
 
+@cache
+def _racked_cluster() -> schedlab.Cluster:
+    """16 nodes of 4 GPUs in 4 racks, PAL's measured variability (its k-means takes seconds: once)."""
+    return make_cluster(ClusterSpec(16, 4, racks=4, variability="measured", seed=0))[0]
+
+
 def _joint_round(seed: int) -> schedlab.RoundInput:
-    """40 jobs on 16 nodes of 4 GPUs in 4 racks, PAL's measured variability (bench's cluster)."""
-    cluster = make_cluster(ClusterSpec(16, 4, racks=4, variability="measured", seed=0))[0]
+    """40 random jobs on the racked cluster, under the joint formulation."""
     return replace(random_round(np.random.default_rng(seed), 64, 40, settings=Settings(formulation="joint")),
-                   cluster=cluster)
+                   cluster=_racked_cluster())
 
 
 @pytest.mark.parametrize("seed, status", [(0, "fallback"), (2, "time_limit")])

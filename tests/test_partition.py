@@ -13,6 +13,7 @@ from conftest import tiny_round
 
 from schedlab.api import solve_round
 from schedlab.bench import random_round
+from schedlab.bench.latency import _loss_vs_lp_bound, _scale_row
 from schedlab.clusters import ClusterSpec, make_cluster
 from schedlab.errors import InputError
 from schedlab.formulations import FORMULATIONS
@@ -57,6 +58,9 @@ def test_partitioned_answer_is_valid_and_near_the_unpartitioned_optimum(medium_r
     value = allocation_objective(full, split.allocations)
     assert value <= whole.bound + 1e-9 * abs(whole.bound)
     assert value >= whole.objective - 0.01 * abs(whole.objective)  # POP's loss: within 1 %
+    # the scale table values the merged answer in the whole round's model, against its LP bound
+    bound = lp_bound(FORMULATIONS["goodput"](medium_round).arrays())
+    assert _loss_vs_lp_bound(medium_round, split) == pytest.approx((bound - value) / abs(value), rel=1e-9)
 
 
 def test_local_processes_give_the_same_answer_as_an_executor(medium_round):
@@ -124,3 +128,9 @@ def test_a_partitioned_joint_round_verifies_and_is_bounded_by_its_parts_lp_bound
     parts = split_round(racked_round, 2)
     assert res.bound == pytest.approx(sum(lp_bound(FORMULATIONS["joint"](p).arrays()) for p in parts), rel=1e-9)
     assert res.bound >= res.objective and res.gap == pytest.approx((res.bound - res.objective) / abs(res.objective))
+
+
+def test_the_scale_table_runs_joint_rounds_on_racks_against_their_lp_bound():
+    row = _scale_row(64, 32, 2, 0, 10.0, "joint", 4, "measured")
+    assert (row["formulation"], row["racks"], row["variability"], row["partitions"]) == ("joint", 4, "measured", 1)
+    assert set(row["status_counts"]) == {"optimal"} and 0 <= row["gap_vs_lp_max"] < 0.05

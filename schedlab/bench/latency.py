@@ -1,18 +1,21 @@
 """The solve-latency benchmarks behind `schedlab bench`: random rounds solved and timed.
 
 `run_bench` times rounds of one size (optionally on racks or with GPU variability);
-`run_scale` times each of SCALE_GPUS in a process of its own and bounds each answer's loss
-against the unpartitioned round's LP bound.
+`run_scale` times each of SCALE_GPUS in a process of its own, under any formulation and on
+racks of a fixed size or with GPU variability, and bounds each answer's loss against the
+unpartitioned round's LP bound.
 """
 
 from __future__ import annotations
 
 import collections
+import math
 import multiprocessing
 import resource
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
+from typing import cast
 
 import numpy as np
 
@@ -20,11 +23,10 @@ from schedlab.api import solve_round
 from schedlab.bench.rounds import random_round
 from schedlab.clusters import ClusterSpec, make_cluster
 from schedlab.formulations import FORMULATIONS
-from schedlab.formulations.goodput import allocation_objective, build_arrays
-from schedlab.formulations.options import enumerate_options
-from schedlab.partition import auto_partitions
+from schedlab.milp import OneRoundModel
+from schedlab.partition import PARTITIONED, auto_partitions
 from schedlab.solvers.highs_direct import lp_bound
-from schedlab.state import RoundInput, Settings
+from schedlab.state import Cluster, RoundInput, RoundResult, Settings
 from schedlab.verify import verify
 
 __all__ = ["SCALE_GPUS", "run_bench", "run_scale", "scale_rounds"]
@@ -90,27 +92,47 @@ def scale_rounds(num_gpus: int) -> int:
     return max(2, min(20, 20 * 1024 // num_gpus))
 
 
-def run_scale(sizes: tuple[int, ...] = SCALE_GPUS, seed: int = 0, time_limit_s: float = 30.0) -> list[dict]:
+def run_scale(sizes: tuple[int, ...] = SCALE_GPUS, seed: int = 0, time_limit_s: float = 30.0,
+              formulation: str = "goodput", rack_nodes: int = 0, variability: str = "none") -> list[dict]:
     """One row per cluster size (jobs = GPUs / 2), each measured in a fresh process so that its
-    memory peak is its own: `_scale_row`."""
+    memory peak is its own: `_scale_row`.
+
+    With `rack_nodes` or `variability` (clusters.VARIABILITY), each size runs on that cluster:
+    4 GPUs per node, racks of `rack_nodes` nodes (0: no topology) with uplinks at half the node
+    bandwidth, as run_bench's. Racks of 16 nodes (64 GPUs) make 32 racks at 2,048 GPUs and
+    1,024 at 65,536.
+    """
     ctx = multiprocessing.get_context("spawn")
     rows = []
     for gpus in sizes:
         with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-            rows.append(pool.submit(_scale_row, gpus, gpus // 2, scale_rounds(gpus), seed, time_limit_s).result())
+            rows.append(pool.submit(_scale_row, gpus, gpus // 2, scale_rounds(gpus), seed, time_limit_s, formulation,
+                                    rack_nodes, variability).result())
     return rows
 
 
-def _scale_row(num_gpus: int, num_jobs: int, rounds: int, seed: int, time_limit_s: float) -> dict:
+def _scale_cluster(num_gpus: int, rack_nodes: int, variability: str, seed: int) -> Cluster | None:
+    """The cluster of one size of the scale table (None: random_round's own, no topology)."""
+    if not rack_nodes and variability == "none":
+        return None
+    num_nodes = max(num_gpus // 4, 1)
+    racks = math.ceil(num_nodes / rack_nodes) if rack_nodes else 0
+    return make_cluster(ClusterSpec(num_nodes, 4, racks=racks, uplink_gbps=50.0, variability=variability, seed=seed))[0]
+
+
+def _scale_row(num_gpus: int, num_jobs: int, rounds: int, seed: int, time_limit_s: float, formulation: str,
+               rack_nodes: int, variability: str) -> dict:
     """Latency of `rounds` random rounds (auto partitions), and after the timing, untimed, each
-    answer's loss against the unpartitioned round's LP bound, valued in the unpartitioned model
-    (an upper bound on its loss against the optimum)."""
+    answer's loss against the unpartitioned round's LP bound (`_loss_vs_lp_bound`)."""
     rng = np.random.default_rng(seed)
-    settings = Settings(time_limit_s=time_limit_s)
+    settings = Settings(formulation=formulation, time_limit_s=time_limit_s)
+    cluster = _scale_cluster(num_gpus, rack_nodes, variability, seed)
     options, build, solve, total, losses, parts = [], [], [], [], [], []
     statuses: collections.Counter[str] = collections.Counter()
     for _ in range(rounds):
         ri = random_round(rng, num_gpus, num_jobs, settings=settings)
+        if cluster is not None:
+            ri = replace(ri, cluster=cluster)
         t0 = time.perf_counter()
         res = solve_round(ri)
         total.append(time.perf_counter() - t0)
@@ -121,15 +143,29 @@ def _scale_row(num_gpus: int, num_jobs: int, rounds: int, seed: int, time_limit_
         parts.append(auto_partitions(ri))
         losses.append(_loss_vs_lp_bound(ri, res))
     peak_mb = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024
-    return {"gpus": num_gpus, "jobs": num_jobs, "rounds": rounds, "partitions": max(parts),
+    racks = len(cluster.topology.racks) if cluster is not None and cluster.topology is not None else 0
+    return {"gpus": num_gpus, "jobs": num_jobs, "rounds": rounds, "formulation": formulation, "racks": racks,
+            "variability": variability, "partitions": max(parts),
             "options_p50_ms": _ms(options, 50), "build_p50_ms": _ms(build, 50), "solve_p50_ms": _ms(solve, 50),
             "total_p50_ms": _ms(total, 50), "total_p95_ms": _ms(total, 95),
-            "gap_vs_lp_max": float(max(losses)), "peak_mb": peak_mb, "status_counts": dict(statuses)}
+            "gap_vs_lp_max": float(np.max(losses)), "peak_mb": peak_mb, "status_counts": dict(statuses)}
 
 
-def _loss_vs_lp_bound(ri: RoundInput, res) -> float:
-    """(LP bound - objective) / |objective|, both of the unpartitioned round's model."""
-    full = enumerate_options(ri, prune=False)
-    bound = lp_bound(build_arrays(enumerate_options(ri)))
-    objective = allocation_objective(full, res.allocations)
+def _loss_vs_lp_bound(ri: RoundInput, res: RoundResult) -> float:
+    """(LP bound - objective) / |objective|, both of the unpartitioned round's model (an upper
+    bound on the answer's loss against that model's optimum): the bound its LP relaxation's, the
+    objective the answer's own where the whole model found it, else (a partitioned answer) the
+    formulation's `value` of it. NaN where the model is not one MILP, or a partitioned answer
+    has no `value` to be valued by."""
+    entry = FORMULATIONS[ri.settings.formulation]
+    if res.status != PARTITIONED:
+        objective = res.objective
+    elif entry.value is not None:
+        objective = entry.value(ri, res.allocations)
+    else:
+        return math.nan
+    model = entry(ri)
+    if not hasattr(model, "arrays"):
+        return math.nan
+    bound = lp_bound(cast(OneRoundModel, model).arrays())
     return (bound - objective) / max(abs(objective), 1e-9)

@@ -132,10 +132,15 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--formulation", default="goodput", help="the round model: goodput, joint or placement")
     parser.add_argument("--racks", type=number(int, 0), default=0, help="spread the nodes over this many racks (0: no topology)")
     parser.add_argument("--variability", default="none",
-                        help="GPU variability: none, measured (PAL's Longhorn GPUs, seen as tiers) or centroids")
+                        help="GPU variability: none, measured (PAL's Longhorn GPUs, seen as tiers) or centroids "
+                             "(with --scale too)")
     parser.add_argument("--scale", action="store_true",
-                        help="one table from 64 to 65,536 GPUs (jobs = GPUs / 2), each size in a fresh process")
+                        help="one table from 64 to 65,536 GPUs (jobs = GPUs / 2), each size in a fresh process, under "
+                             "--formulation")
     parser.add_argument("--max-gpus", type=number(int, 64), default=65536, help="with --scale: the largest size to run")
+    parser.add_argument("--rack-nodes", type=number(int, 0), default=0,
+                        help="with --scale: racks of this many nodes of 4 GPUs at every size (16: 32 racks at 2,048 "
+                             "GPUs; 0: no topology)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -163,7 +168,8 @@ def _bench_scale(args: argparse.Namespace) -> int:
     from schedlab.io import json_text
 
     sizes = tuple(g for g in SCALE_GPUS if g <= args.max_gpus)
-    rows = run_scale(sizes, seed=args.seed, time_limit_s=args.time_limit)
+    rows = run_scale(sizes, seed=args.seed, time_limit_s=args.time_limit, formulation=args.formulation,
+                     rack_nodes=args.rack_nodes, variability=args.variability)
     if not args.json:
         print(f"{'GPUs':>7} {'jobs':>6} {'rounds':>6} {'parts':>5} {'options p50':>11} {'build p50':>10} {'solve p50':>10} "
               f"{'total p50':>10} {'total p95':>10} {'gap vs LP':>10} {'peak MB':>8}  statuses")
