@@ -134,3 +134,12 @@ def test_the_scale_table_runs_joint_rounds_on_racks_against_their_lp_bound():
     row = _scale_row(64, 32, 2, 0, 10.0, "joint", 4, "measured")
     assert (row["formulation"], row["racks"], row["variability"], row["partitions"]) == ("joint", 4, "measured", 1)
     assert set(row["status_counts"]) == {"optimal"} and 0 <= row["gap_vs_lp_max"] < 0.05
+
+
+@pytest.mark.parametrize("freeze_fraction", [0.0, 0.5])
+def test_goodput_values_an_answer_as_its_model_does(freeze_fraction):
+    """The registry's value of an allocation (what a partitioned answer is measured by) is the
+    whole round's objective at it, freeze levels included."""
+    ri = random_round(np.random.default_rng(5), 128, 64, settings=Settings(), freeze_fraction=freeze_fraction)
+    res = solve_round(ri, partitions=1)
+    assert FORMULATIONS["goodput"].value(ri, res.allocations) == pytest.approx(res.objective, rel=1e-9)

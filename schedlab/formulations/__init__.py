@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from schedlab.formulations.freezing import enumerate_freeze_options, has_freezing
 from schedlab.formulations.goodput import allocation_objective, goodput_model
 from schedlab.formulations.joint import joint_model
 from schedlab.formulations.options import enumerate_options
@@ -54,8 +55,10 @@ class Formulation:
 
 
 def _goodput_value(round_input: RoundInput, allocations: tuple[JobAllocation, ...]) -> float:
-    """goodput.allocation_objective over every shape of the round's options (no freeze levels)."""
-    return allocation_objective(enumerate_options(round_input, prune=False), allocations)
+    """goodput.allocation_objective over every shape of the round's options, freeze levels
+    folded in as goodput_model folds them."""
+    enumerate_all = enumerate_freeze_options if has_freezing(round_input) else enumerate_options
+    return allocation_objective(enumerate_all(round_input, prune=False), allocations)
 
 
 FORMULATIONS: dict[str, Formulation] = {
