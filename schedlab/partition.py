@@ -50,19 +50,17 @@ def auto_partitions(round_input: RoundInput) -> int:
     jobs_per_part jobs a part (never more parts than blocks: nodes, or racks kept whole)."""
     entry = FORMULATIONS[round_input.settings.formulation]
     k = round_input.settings.partitions or math.ceil(len(round_input.jobs) / entry.jobs_per_part)
-    return max(1, min(k, len(_blocks(round_input))))
+    return max(1, min(k, int(_block_of(round_input).max(initial=0)) + 1))
 
 
 def split_round(round_input: RoundInput, k: int) -> list[RoundInput]:
     """The sub-rounds (at most k: fewer where running jobs leave no cut) of the module docstring."""
     nodes = round_input.cluster.nodes
     index = round_input.cluster.node_index
-    blocks = _blocks(round_input)
-    block_part = np.cumsum(np.isin(np.arange(len(blocks)), _cuts(round_input, blocks, k)))
-    part_of = np.empty(len(nodes), dtype=int)  # part of each node
-    for b, members in enumerate(blocks):
-        part_of[list(members)] = block_part[b]
-    num_parts = int(block_part[-1]) + 1
+    block_of = _block_of(round_input)
+    blocks = int(block_of.max(initial=0)) + 1
+    part_of = np.cumsum(np.isin(np.arange(blocks), _cuts(round_input, block_of, k)))[block_of]  # part of each node
+    num_parts = int(part_of.max(initial=0)) + 1
     node_parts = [tuple(n for n, p in zip(nodes, part_of) if p == q) for q in range(num_parts)]
     gpus = [sum(n.gpus for n in ns) for ns in node_parts]
     jobs: list[list[int]] = [[] for _ in range(num_parts)]
@@ -77,37 +75,38 @@ def split_round(round_input: RoundInput, k: int) -> list[RoundInput]:
             for q in range(num_parts)]
 
 
-def _blocks(round_input: RoundInput) -> list[tuple[int, ...]]:
-    """What no cut splits, as node indices, in the cluster's order of their first node: the
-    racks where the formulation keeps them whole and the cluster has them (a node in no rack is
-    a block alone), else every node alone."""
+def _block_of(round_input: RoundInput) -> np.ndarray:
+    """Each node's block, what no cut splits, numbered in the order of the blocks' first nodes:
+    its rack where the formulation keeps racks whole and the cluster has them (a node in no rack
+    is a block alone), else the node alone."""
     cluster = round_input.cluster
     racks = cluster.topology.racks if cluster.topology is not None else ()
     if not (FORMULATIONS[round_input.settings.formulation].whole_racks and racks):
-        return [(k,) for k in range(len(cluster.nodes))]
-    index = cluster.node_index
-    blocks = [tuple(sorted(index[n] for n in rack.nodes)) for rack in racks if rack.nodes]
-    racked = {k for block in blocks for k in block}
-    return sorted(blocks + [(k,) for k in range(len(cluster.nodes)) if k not in racked])
+        return np.arange(len(cluster.nodes))
+    rack_of = {node: r for r, rack in enumerate(racks) for node in rack.nodes}
+    raw = np.array([rack_of.get(n.id, len(racks) + k) for k, n in enumerate(cluster.nodes)])  # unracked: alone
+    _, first = np.unique(raw, return_index=True)
+    rank = np.empty(len(first), dtype=int)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return rank[np.unique(raw, return_inverse=True)[1]]
 
 
-def _cuts(round_input: RoundInput, blocks: list[tuple[int, ...]], k: int) -> list[int]:
+def _cuts(round_input: RoundInput, block_of: np.ndarray, k: int) -> list[int]:
     """Indices of the blocks that start a new part: the allowed cut nearest each ideal one."""
     nodes = round_input.cluster.nodes
     index = round_input.cluster.node_index
-    block_of = np.empty(len(nodes), dtype=int)
-    for b, members in enumerate(blocks):
-        block_of[list(members)] = b
-    spans = np.zeros(len(blocks) + 1, dtype=int)  # a cut before block b splits a running job
+    blocks = int(block_of.max(initial=0)) + 1
+    spans = np.zeros(blocks + 1, dtype=int)  # a cut before block b splits a running job
+    block_list = block_of.tolist()  # read per GPU: a list, not numpy's per-item cost
     for job in round_input.jobs:
         if job.running:
-            held = block_of[[index[g.node] for g in job.current_gpus]]
-            spans[held.min() + 1] += 1
-            spans[held.max() + 1] -= 1
+            held = [block_list[index[g.node]] for g in job.current_gpus]
+            spans[min(held) + 1] += 1
+            spans[max(held) + 1] -= 1
     allowed = np.flatnonzero(np.cumsum(spans)[:-1] == 0)
     allowed = allowed[allowed > 0]
-    sizes = [sum(nodes[i].gpus for i in members) for members in blocks]
-    starts = np.cumsum([0] + sizes)[:-1]  # GPUs before each block
+    sizes = np.bincount(block_of, weights=[n.gpus for n in nodes], minlength=blocks)
+    starts = np.cumsum(np.concatenate([[0.0], sizes]))[:-1]  # GPUs before each block
     total = starts[-1] + sizes[-1]
     cuts = {int(allowed[np.argmin(np.abs(starts[allowed] - q * total / k))]) for q in range(1, k) if len(allowed)}
     return sorted(cuts)
