@@ -192,7 +192,7 @@ def test_joint_pyomo_twin_is_the_same_model():
     for ri in _twin_rounds(seed=11, count=36):
         model = joint_model(ri)
         arrays, twin = model.arrays(), model.pyomo()
-        for tag in ("one", "demand", "level", "slots", "slice", "whole", "rack", "minspd"):
+        for tag in ("one", "demand", "level", "slots", "node", "stay", "comp", "whole", "rack", "minspd"):
             rows[tag] = rows.get(tag, 0) + len(getattr(twin, tag, ()))
         by_arrays, by_twin = solve_highs(arrays, 30.0, 0.0), solve_appsi_highs(twin, 30.0, 0.0)
         assert by_arrays.status == by_twin.status == "optimal"
@@ -209,7 +209,7 @@ def test_joint_pyomo_twin_is_the_same_model():
         lp_twin = solve_appsi_highs(twin, 30.0, 0.0)
         assert lp_arrays.status == lp_twin.status == "optimal"
         assert lp_twin.objective == pytest.approx(lp_arrays.objective, abs=tol)
-    assert min(rows.values()) > 0 and len(rows) == 8, rows  # the rounds exercised every constraint
+    assert min(rows.values()) > 0 and len(rows) == 10, rows  # the rounds exercised every constraint
 
 
 def test_joint_without_variability_or_topology_is_the_goodput_round():

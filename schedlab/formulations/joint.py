@@ -34,6 +34,10 @@ measured variability: 2.6 million node-by-node options before, tens of thousands
 - $E$ multi-node definitions: for a class $a$, GPU type and size, tier $t$ and scope (one rack,
   or all racks), the pools $E_e = \{w : \tau_{wa} \le t,\ \mathit{rack}(w) \in R_e\}$;
   $N_e$ = multi_node_counts($\sum_{w \in E_e} |K_w|$) its node counts
+- $\Pi_k$ the patterns of $k \in X$: a set $S$ of the stay options holding GPUs on $k$, and
+  the parts $P$ (a multiset of compositions) of a vector partition of the GPUs per slice that
+  $S$ leaves free; of the $P$ of one $S$ only the maximal ones in the compositions some slot
+  uses; $\mathit{cnt}_\pi(m)$ the parts of $\pi$ equal to $m$
 - $M$ multi-node groups: the definitions of one class, type, size, tier and bandwidth scale,
   over all racks (one definition) or within one rack (one per rack: a job takes nodes of one
   rack, whichever); $E_\mu$ the definitions of group $\mu$
@@ -63,6 +67,8 @@ measured variability: 2.6 million node-by-node options before, tens of thousands
 - $z_{ew} \in \{0, \dots, |K_w|\}$, $w \in E_e$: whole nodes of pool $w$ given to definition $e$
 - $q_{en} \in \{0, \dots, \lfloor \sum_{w \in E_e} |K_w| / n \rfloor\}$, $n \in N_e$: jobs
   taking $n$ whole nodes of definition $e$
+- $u_{k\pi} \in \{0, 1\}$, $\pi = (S, P) \in \Pi_k$: node $k \in X$ is shared out as pattern
+  $\pi$: its stay options $S$ keep their GPUs and the rest go to the parts $P$
 - $w_{kd} \in \mathbb{Z}_{\ge 0}$: goodput.py's free $d$-slots of a homogeneous node with
   several stayers, $k \in K2_g$, $d \in L_g$
 - $t$: max-min only, as goodput.py
@@ -90,9 +96,12 @@ $$
                  && g \in H,\ d \in L_g \\
 &\text{(slots)}  && d \, w_{kd} + \sum_{c \in S_k} h_{kc} \, x_c \le G_g
                  && k \in K2_g,\ d \in L_g \\
-&\text{(slice)}  && \sum_{\sigma \text{ on } k} m_{\sigma s} \, y_\sigma + \sum_{c \text{ stay}} h_{kcs} \, x_c
-                    + n_{ks} \sum_e z_{ek} \le n_{ks}
-                 && k \in X,\ s \in \mathit{Sl}_k \\
+&\text{(node)}   && \sum_{\pi \in \Pi_k} u_{k\pi} + \sum_e z_{ek} \le 1
+                 && k \in X \\
+&\text{(stay)}   && x_c \le \sum_{\pi = (S, P) \in \Pi_k:\ c \in S} u_{k\pi}
+                 && k \in X,\ c \in S_k \\
+&\text{(comp)}   && \sum_{\sigma \text{ on } k,\ m_\sigma = m} y_\sigma \le \sum_{\pi \in \Pi_k} \mathit{cnt}_\pi(m) \, u_{k\pi}
+                 && k \in X,\ m \\
 &\text{(whole)}  && \sum_{w \in E_e} z_{ew} = \sum_{n \in N_e} n \, q_{en}
                  && e \in E \\
 &\text{(rack)}   && \sum_{e \in E_\mu:\ n \in N_e} q_{en} = \sum_{c = \mathit{multi}(\mu, n)} x_c
@@ -106,16 +115,20 @@ $$
 every slot serving that demand, so (demand) lets any job take any such slot: matching the chosen
 options to slots one by one realizes them, and every concrete single-node placement is some slot
 (its node's pool, the job's class, its GPUs per slice). A heterogeneous node is one bin whose
-GPUs of one slice are interchangeable: (slice) is exactly its capacity, a whole node taking all
-of it. A homogeneous group is goodput.py's node group, slots and whole nodes being items of its
-chain, so its (level) argument holds unchanged. (whole) and (rack) give each definition as many
-whole nodes as its jobs take, and a multi option's jobs to definitions of its group: every job's
-nodes lie in one definition, so within its scope and at a tier no worse than its option's; the
-option with the realized tier and scope exists, so the optimum over options is the optimum over
-concrete placements of these shapes. Decoding places stayers, then each definition's whole
-nodes and its jobs, then slots matched to singles, largest first on homogeneous pools
-(packing.py) and composition by composition on heterogeneous nodes: it never fails; the
-verifier checks anyway, and a brute-force test over every placement checks the optimum.
+GPUs of one slice are interchangeable: every way to share it out among its stayers, new jobs and
+a whole-node taker is one pattern or a whole node ((node), (stay), (comp)), and each is
+feasible, so those rows are exactly its capacity; stated by patterns and not by slice
+capacities, the relaxation of one node's packing is its convex hull (slice rows let the LP place
+a third of a 3-GPU job on each of three nodes). A homogeneous group is goodput.py's node group,
+slots and whole nodes being items of its chain, so its (level) argument holds unchanged. (whole)
+and (rack) give each definition as many whole nodes as its jobs take, and a multi option's jobs
+to definitions of its group: every job's nodes lie in one definition, so within its scope and at
+a tier no worse than its option's; the option with the realized tier and scope exists, so the
+optimum over options is the optimum over concrete placements of these shapes. Decoding places
+stayers, then each definition's whole nodes and its jobs, then slots matched to singles, largest
+first on homogeneous pools (packing.py) and composition by composition on heterogeneous nodes (u
+leaves each part room): it never fails; the verifier checks anyway, and a brute-force test over
+every placement checks the optimum.
 
 Smaller, still exact (joint_options.py): a larger node count of one multi-node group is kept
 only if worth more than the smaller ones; a single option only if worth more than every smaller
@@ -129,7 +142,9 @@ spread over racks is priced at the smallest rack uplink of the cluster.
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -138,7 +153,15 @@ import numpy as np
 from schedlab.errors import DecodeError
 from schedlab.formulations.freezing import fold_freeze_levels, has_freezing
 from schedlab.formulations.goodput import max_min_upper, max_min_weight, min_job_speedup, objective_value
-from schedlab.formulations.joint_options import MULTI, SINGLE, STAY, JointOptions, enumerate_joint_options
+from schedlab.formulations.joint_options import (
+    MULTI,
+    SINGLE,
+    STAY,
+    JointOptions,
+    Pool,
+    enumerate_joint_options,
+    vector_partitions,
+)
 from schedlab.formulations.options import job_allocations
 from schedlab.formulations.packing import NodeState
 from schedlab.milp import MilpArrays, OneModel, Rows, stack_rows
@@ -163,18 +186,20 @@ class Structure:
 
     single_stayer: dict[int, tuple[int, int]]  # homogeneous node k in K1 -> (stay option, h_kc)
     multi_stayer: dict[int, list[tuple[int, int]]]  # homogeneous node k in K2 -> [(c, h_kc)]
-    slice_stayers: dict[tuple[int, int], list[tuple[int, int]]]  # (heterogeneous pool, slice) -> [(c, h)]
+    het_stayers: dict[int, dict[int, tuple[int, ...]]]  # heterogeneous pool -> stay option -> h_kc.
     demands: tuple[int, ...]  # the demands some single option names, in (demand) row order
     y_cols: tuple[int, ...]  # slot of every y, in column order
     z_cols: tuple[tuple[int, int], ...]  # (definition, pool) of every z, in column order
     q_cols: tuple[tuple[int, int], ...]  # (definition, n) of every q, in column order
     rack_rows: tuple[tuple[int, int], ...]  # (group, n) of every (rack) row
     w_cols: tuple[tuple[int, int], ...]  # (node, level) of every w, in column order
+    u_cols: tuple[tuple[int, tuple[int, ...], tuple[tuple[int, ...], ...]], ...]  # (pool, S, P) of every u
+    comp_rows: tuple[tuple[int, tuple[int, ...]], ...]  # (pool, m) of every (comp) row
 
     @property
     def num_cols(self) -> int:
-        """Columns after x: y, z, q and w."""
-        return len(self.y_cols) + len(self.z_cols) + len(self.q_cols) + len(self.w_cols)
+        """Columns after x: y, z, q, w and u."""
+        return len(self.y_cols) + len(self.z_cols) + len(self.q_cols) + len(self.w_cols) + len(self.u_cols)
 
 
 def structure(opts: JointOptions) -> Structure:
@@ -183,11 +208,12 @@ def structure(opts: JointOptions) -> Structure:
     A homogeneous node held by one stay option is in K1, by several in K2 (which gets w_kd
     slots for every level d); a heterogeneous node's stayers are counted per slice (h_kcs). y has
     a column per slot of a demand some single option names; z per (definition, pool) and q per
-    (definition, n) of the groups and counts some multi option names.
+    (definition, n) of the groups and counts some multi option names; u per pattern of a
+    heterogeneous node (`_patterns`).
     """
     cl = opts.cluster
     holders: dict[int, list[tuple[int, int]]] = {}
-    slice_stayers: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    het_stayers: dict[int, dict[int, tuple[int, ...]]] = {}
     for j, held in opts.stay_gpus.items():
         c = opts.stay_option(j)
         for k, gpus in held.items():
@@ -195,10 +221,7 @@ def structure(opts: JointOptions) -> Structure:
             if pool.homogeneous:
                 holders.setdefault(k, []).append((c, len(gpus)))
             else:
-                for s, members in enumerate(pool.slices):
-                    h = len(set(gpus) & set(members))
-                    if h:
-                        slice_stayers.setdefault((cl.pool_of[k], s), []).append((c, h))
+                het_stayers.setdefault(cl.pool_of[k], {})[c] = tuple(len(set(gpus) & set(m)) for m in pool.slices)
     single, multi = opts.kind == SINGLE, opts.kind == MULTI
     demands = tuple(sorted(set(opts.ref[single].tolist())))
     wanted = set(demands)
@@ -212,18 +235,43 @@ def structure(opts: JointOptions) -> Structure:
     q_cols = tuple((e, n) for e in defs for n in opts.multi[e].counts if n in counts_of[opts.multi[e].group])
     multi_stayer = {k: hs for k, hs in holders.items() if len(hs) > 1}
     w_cols = tuple((k, d) for k in sorted(multi_stayer) for d in cl.pools[cl.pool_of[k]].levels)
-    return Structure({k: hs[0] for k, hs in holders.items() if len(hs) == 1}, multi_stayer, slice_stayers,
-                     demands, y_cols, z_cols, q_cols, rack_rows, w_cols)
+    used: dict[int, set[tuple[int, ...]]] = {}
+    for i in y_cols:
+        if not cl.pools[opts.slots[i].pool].homogeneous:
+            used.setdefault(opts.slots[i].pool, set()).add(opts.slots[i].comp)
+    u_cols = tuple((p, stay, pattern) for p, pool in enumerate(cl.pools) if not pool.homogeneous
+                   for stay, pattern in _patterns(pool, het_stayers.get(p, {}), used.get(p, set())))
+    comp_rows = tuple((p, m) for p in sorted(used) for m in sorted(used[p]))
+    return Structure({k: hs[0] for k, hs in holders.items() if len(hs) == 1}, multi_stayer, het_stayers,
+                     demands, y_cols, z_cols, q_cols, rack_rows, w_cols, u_cols, comp_rows)
+
+
+def _patterns(pool: Pool, stayers: dict[int, tuple[int, ...]], used: set[tuple[int, ...]]
+              ) -> list[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]]:
+    """The patterns (S, P) of a heterogeneous node: S a set of its stay options, P the parts of a
+    vector partition of the GPUs they leave (`vector_partitions`), only the parts in `used`
+    kept (the others serve no slot), and of the P of one S only the maximal ones."""
+    out = []
+    n = tuple(len(members) for members in pool.slices)
+    for size in range(len(stayers) + 1):
+        for stay in itertools.combinations(sorted(stayers), size):
+            left = tuple(t - sum(stayers[c][s] for c in stay) for s, t in enumerate(n))
+            kept = sorted({tuple(m for m in pattern if m in used) for pattern in vector_partitions(left)})
+            counts = [Counter(pattern) for pattern in kept]
+            out += [(stay, pattern) for pattern, count in zip(kept, counts)
+                    if not any(other != count and all(other[m] >= k for m, k in count.items()) for other in counts)]
+    return out
 
 
 @dataclass(frozen=True)
 class _Offsets:
-    """Where each block of columns starts: x at 0, then y, z, q, w (and t)."""
+    """Where each block of columns starts: x at 0, then y, z, q, w, u (and t)."""
 
     y: int
     z: int
     q: int
     w: int
+    u: int
     end: int
 
 
@@ -232,7 +280,8 @@ def _offsets(opts: JointOptions, st: Structure) -> _Offsets:
     z = y + len(st.y_cols)
     q = z + len(st.z_cols)
     w = q + len(st.q_cols)
-    return _Offsets(y, z, q, w, w + len(st.w_cols))
+    u = w + len(st.w_cols)
+    return _Offsets(y, z, q, w, u, u + len(st.u_cols))
 
 
 def _constraints(opts: JointOptions, st: Structure) -> dict[str, Rows]:
@@ -243,7 +292,7 @@ def _constraints(opts: JointOptions, st: Structure) -> dict[str, Rows]:
     """
     cl, n, inf = opts.cluster, opts.num_options, math.inf
     at = _offsets(opts, st)
-    out = {tag: Rows() for tag in ("one", "demand", "level", "slots", "slice", "whole", "rack")}
+    out = {tag: Rows() for tag in ("one", "demand", "level", "slots", "node", "stay", "comp", "whole", "rack")}
     jobs_with = np.unique(opts.job)
     out["one"].extend([(int(j),) for j in jobs_with], np.searchsorted(jobs_with, opts.job), np.arange(n),
                       np.ones(n), -inf, 1.0)
@@ -260,6 +309,10 @@ def _constraints(opts: JointOptions, st: Structure) -> dict[str, Rows]:
     for i, (_, p) in enumerate(st.z_cols):
         z_on.setdefault(p, []).append(at.z + i)
     w_index = {kd: at.w + i for i, kd in enumerate(st.w_cols)}
+    u_on: dict[int, list[int]] = {}  # pool -> its u (indices into u_cols)
+    for i, (p, _, _) in enumerate(st.u_cols):
+        u_on.setdefault(p, []).append(i)
+    comp_y: dict[tuple[int, tuple[int, ...]], list[int]] = {}
     for p, pool in enumerate(cl.pools):
         G = pool.gpus_per_node
         ys, zs = y_on.get(p, []), z_on.get(p, [])
@@ -280,13 +333,20 @@ def _constraints(opts: JointOptions, st: Structure) -> dict[str, Rows]:
                     out["slots"].add((k, d), [w_index[k, d]] + [c for c, _ in holders],
                                      [float(d)] + [float(h) for _, h in holders], -inf, float(G))
             continue
-        counts = np.array([opts.slots[st.y_cols[i]].comp for i in ys], dtype=float).reshape(-1, len(pool.slices))
-        for s, members in enumerate(pool.slices):
-            used = counts[:, s] > 0
-            stayers = st.slice_stayers.get((p, s), [])
-            cols = np.concatenate([at.y + np.asarray(ys, dtype=int)[used], [c for c, _ in stayers], zs])
-            vals = np.concatenate([counts[used, s], [h for _, h in stayers], np.full(len(zs), len(members))])
-            out["slice"].add((p, s), cols, vals, -inf, float(len(members)))
+        u_here = [at.u + i for i in u_on.get(p, [])]
+        if u_here or zs:
+            out["node"].add((p,), u_here + zs, np.ones(len(u_here) + len(zs)), -inf, 1.0)
+        for c in st.het_stayers.get(p, {}):
+            holding = [at.u + i for i in u_on.get(p, []) if c in st.u_cols[i][1]]
+            out["stay"].add((p, c), [c] + holding, [1.0] + [-1.0] * len(holding), -inf, 0.0)
+        for i in ys:
+            comp_y.setdefault((p, opts.slots[st.y_cols[i]].comp), []).append(at.y + i)
+    for pm in st.comp_rows:
+        p = pm[0]
+        parts = [(at.u + i, st.u_cols[i][2].count(pm[1])) for i in u_on.get(p, [])]
+        parts = [(col, k) for col, k in parts if k]
+        out["comp"].add(pm, comp_y[pm] + [col for col, _ in parts],
+                        [1.0] * len(comp_y[pm]) + [-float(k) for _, k in parts], -inf, 0.0)
     z_def = np.array([e for e, _ in st.z_cols], dtype=int)
     q_def = np.array([e for e, _ in st.q_cols], dtype=int)
     q_n = np.array([n for _, n in st.q_cols], dtype=float)
@@ -307,7 +367,7 @@ def _constraints(opts: JointOptions, st: Structure) -> dict[str, Rows]:
 
 
 def _columns(opts: JointOptions, st: Structure) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Objective coefficients, upper bounds and integrality of x, y, z, q, w, then t (max-min).
+    """Objective coefficients, upper bounds and integrality of x, y, z, q, w, u, then t (max-min).
 
     A slot holds at most what its pool can: G_g / d per node of a homogeneous group, and on a
     heterogeneous node as many of its composition as every slice holds.
@@ -325,7 +385,8 @@ def _columns(opts: JointOptions, st: Structure) -> tuple[np.ndarray, np.ndarray,
     hi = np.concatenate([np.ones(n), np.asarray(y_hi, dtype=float),
                          [float(len(cl.pools[p].nodes)) for _, p in st.z_cols],
                          [float(nodes[e] // m) for e, m in st.q_cols],
-                         [cl.pools[cl.pool_of[k]].gpus_per_node // d for k, d in st.w_cols]])
+                         [cl.pools[cl.pool_of[k]].gpus_per_node // d for k, d in st.w_cols],
+                         np.ones(len(st.u_cols))])
     integer = np.ones(len(c), dtype=bool)
     if max_min:
         c = np.append(c, max_min_weight(opts))
@@ -338,7 +399,8 @@ def start_point(opts: JointOptions, st: Structure) -> np.ndarray:
     """The warm start: every running job stays.
 
     x_c = 1 for the stay options; y, z, q = 0; each w_kd the free d-slots its node's stayers
-    leave, floor((G_g - sum h_kc) / d); t (max-min) the smallest penalized speedup of that point.
+    leave, floor((G_g - sum h_kc) / d); on a heterogeneous node with stayers, u = 1 for a
+    pattern of all of them; t (max-min) the smallest penalized speedup of that point.
     """
     at = _offsets(opts, st)
     v = np.zeros(at.end + opts.round_input.settings.max_min)
@@ -347,6 +409,11 @@ def start_point(opts: JointOptions, st: Structure) -> np.ndarray:
     for i, (k, d) in enumerate(st.w_cols):
         G = opts.cluster.pools[opts.cluster.pool_of[k]].gpus_per_node
         v[at.w + i] = (G - sum(h for _, h in st.multi_stayer[k])) // d
+    seen = set()
+    for i, (p, stay, _) in enumerate(st.u_cols):
+        if p not in seen and stay and set(stay) == set(st.het_stayers[p]):
+            v[at.u + i] = 1.0
+            seen.add(p)
     if opts.round_input.settings.max_min:
         v[-1] = min_job_speedup(opts, v[: opts.num_options])
     return v
@@ -365,9 +432,9 @@ def _minspd(opts: JointOptions, t: int) -> Rows:
 def build_arrays(opts: JointOptions, st: Structure) -> MilpArrays:
     """The model as arrays for highspy and CP-SAT.
 
-    Columns: x, then y (Structure.y_cols), z, q, w, then t (max-min). The objective's constant is
-    sum_j U0_j; rows are (one), (demand), (level), (slots), (slice), (whole), (rack), then
-    (minspd) under max-min. The warm start is `start_point`'s, and each column's job (x; -1 for
+    Columns: x, then y (Structure.y_cols), z, q, w, u, then t (max-min). The objective's constant
+    is sum_j U0_j; rows are (one), (demand), (level), (slots), (node), (stay), (comp), (whole),
+    (rack), then (minspd) under max-min. The warm start is `start_point`'s, and each column's job (x; -1 for
     the others) is given as `choice`.
     """
     c, col_hi, integer = _columns(opts, st)
@@ -402,7 +469,10 @@ class _Names:
     group_defs: dict[tuple[int, int], list[str]]  # (group, n) -> the definitions with n in N_e
     takers: dict[str, list[str]]  # pool -> the definitions it is in
     held: dict[str, dict[tuple[str, str], int]]  # homogeneous node k -> S_k as {stay option: h_kc}
-    held_slice: dict[tuple[str, int], dict[tuple[str, str], int]]  # (k in X, s) -> {stay option: h_kcs > 0}
+    held_het: dict[str, dict[tuple[str, str], tuple[int, ...]]]  # pool of X -> {stay option: h_kc. per slice}
+    patterns: list[tuple[str, str, str]]  # Pi_k: (pool, S as "+"-joined job ids, P as "|"-joined parts)
+    stays_in: dict[tuple[str, str, str], list[tuple[str, str]]]  # u -> S as stay option labels
+    parts: dict[tuple[str, str, str], tuple[tuple[int, ...], ...]]  # u -> P
     K2L: list[tuple[str, int]]  # (k, d): k in K2_g, d in L_g, in the arrays' column order
 
 
@@ -443,7 +513,7 @@ def _names(opts: JointOptions) -> _Names:
             for p in defs[e_name]:
                 takers.setdefault(p, []).append(e_name)
     held: dict[str, dict[tuple[str, str], int]] = {}
-    held_slice: dict[tuple[str, int], dict[tuple[str, str], int]] = {}
+    held_het: dict[str, dict[tuple[str, str], tuple[int, ...]]] = {}
     for j, on in opts.stay_gpus.items():
         stay = labels[opts.stay_option(j)]
         for k, gpus in on.items():
@@ -451,13 +521,29 @@ def _names(opts: JointOptions) -> _Names:
             if pool.homogeneous:
                 held.setdefault(node_id[k], {})[stay] = len(gpus)
                 continue
-            for s, members in enumerate(pool.slices):
-                if set(gpus) & set(members):
-                    held_slice.setdefault((node_id[k], s), {})[stay] = len(set(gpus) & set(members))
+            held_het.setdefault(f"p{cl.pool_of[k]}", {})[stay] = tuple(len(set(gpus) & set(members))
+                                                                     for members in pool.slices)
+    used: dict[str, set[tuple[int, ...]]] = {}
+    for name, comp in slot_comp.items():
+        if not cl.pools[int(name[0][1:])].homogeneous:
+            used.setdefault(name[0], set()).add(comp)
+    by_label = {label: c for c, label in enumerate(labels)}
+    patterns: list[tuple[str, str, str]] = []
+    stays_in: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
+    parts: dict[tuple[str, str, str], tuple[tuple[int, ...], ...]] = {}
+    for index, het in enumerate(cl.pools):
+        if het.homogeneous:
+            continue
+        holds = {by_label[c]: h for c, h in held_het.get(f"p{index}", {}).items()}
+        for kept, pattern in _patterns(het, holds, used.get(f"p{index}", set())):
+            u = (f"p{index}", "+".join(labels[c][0] for c in kept), "|".join("x".join(map(str, m)) for m in pattern))
+            patterns.append(u)
+            stays_in[u] = [labels[c] for c in kept]
+            parts[u] = pattern
     K2L = [(node_id[k], d) for k, node in enumerate(nodes) if len(held.get(node.id, {})) > 1
            for d in cl.pools[cl.pool_of[k]].levels]
     return _Names(labels, options_of, singles, slots, slot_comp, on_pool, multis, defs, counts, group_defs, takers,
-                  held, held_slice, K2L)
+                  held, held_het, patterns, stays_in, parts, K2L)
 
 
 def build_pyomo(opts: JointOptions) -> pyo.ConcreteModel:
@@ -465,11 +551,12 @@ def build_pyomo(opts: JointOptions) -> pyo.ConcreteModel:
 
     It is written over the sets of `_names` (not from the arrays' rows, so that the two builds
     check each other) and indexed by names: x[job id, option] (option_label), y[pool, class,
-    composition], z[e, pool], q[e, n], w[node id, d]; (one) and (minspd) by job id, (demand) by
-    demand, (level) by (pool, d), (slots) as w, (slice) by (pool, slice), (whole) by definition,
+    composition], z[e, pool], q[e, n], w[node id, d], u[pool, S, P]; (one) and (minspd) by job id, (demand) by
+    demand, (level) by (pool, d), (slots) as w, (node) by pool, (stay) by (pool, stay option),
+    (comp) by (pool, composition), (whole) by definition,
     (rack) by (group, n). The parameters a customization reads are goodput's, over the same
     (job id, option) pairs C: gpus[c] (a_c), nodes[c] (n_c), speedup[c] (s'_c), utility[c]
-    (u_c); and U0[j] over J. `model.columns` lists x, y, z, q, w and t in the arrays' column order.
+    (u_c); and U0[j] over J. `model.columns` lists x, y, z, q, w, u and t in the arrays' column order.
     """
     import pyomo.environ as pyo  # here, not at the top: rounds solved from arrays never load Pyomo
 
@@ -489,8 +576,11 @@ def build_pyomo(opts: JointOptions) -> pyo.ConcreteModel:
     m.HL = pyo.Set(dimen=2, initialize=[(g, d) for g, pool in pools.items() if pool.homogeneous for d in pool.levels],
                    ordered=True)
     m.K2L = pyo.Set(dimen=2, initialize=nm.K2L, ordered=True)
-    m.XS = pyo.Set(dimen=2, initialize=[(g, s) for g, pool in pools.items() if not pool.homogeneous
-                                        for s in range(len(pool.slices))], ordered=True)
+    m.X = pyo.Set(initialize=[g for g, pool in pools.items() if not pool.homogeneous], ordered=True)
+    m.U = pyo.Set(dimen=3, initialize=nm.patterns, ordered=True)
+    m.XC = pyo.Set(dimen=3, initialize=[(g,) + c for g, held in nm.held_het.items() for c in held], ordered=True)
+    m.XM = pyo.Set(dimen=2, initialize=sorted({(name[0], name[2]) for name in nm.slot_comp
+                                               if not pools[name[0]].homogeneous}), ordered=True)
     m.gpus = pyo.Param(m.C, initialize=dict(zip(labels, opts.num_gpus.tolist())))
     m.nodes = pyo.Param(m.C, initialize=dict(zip(labels, opts.num_nodes.tolist())))
     m.speedup = pyo.Param(m.C, initialize=dict(zip(labels, opts.penalized_speedup.tolist())))
@@ -510,6 +600,7 @@ def build_pyomo(opts: JointOptions) -> pyo.ConcreteModel:
     m.z = pyo.Var(m.Z, domain=pyo.NonNegativeIntegers, bounds=lambda m, e, g: (0, size[g]))
     m.q = pyo.Var(m.Q, domain=pyo.NonNegativeIntegers, bounds=lambda m, e, n: (0, nodes_of[e] // n))
     m.w = pyo.Var(m.K2L, domain=pyo.NonNegativeIntegers)
+    m.u = pyo.Var(m.U, domain=pyo.Binary)
     skip = pyo.Constraint.Skip  # a row with no variable bounds nothing (and Pyomo refuses it)
 
     def one(m, j):
@@ -532,13 +623,17 @@ def build_pyomo(opts: JointOptions) -> pyo.ConcreteModel:
     def slots(m, k, d):
         return d * m.w[k, d] + sum(h * m.x[c] for c, h in nm.held[k].items()) <= pools[node_pool[k]].gpus_per_node
 
-    def on_slice(m, g, s):
-        n_ks = len(pools[g].slices[s])
-        k = next(k for k, p in node_pool.items() if p == g)
-        terms = ([nm.slot_comp[y][s] * m.y[y] for y in nm.on_pool.get(g, []) if nm.slot_comp[y][s]]
-                 + [h * m.x[c] for c, h in nm.held_slice.get((k, s), {}).items()]
-                 + [n_ks * m.z[e, g] for e in nm.takers.get(g, [])])
-        return sum(terms) <= n_ks if terms else skip
+    def node(m, g):
+        terms = [m.u[u] for u in nm.patterns if u[0] == g] + [m.z[e, g] for e in nm.takers.get(g, [])]
+        return sum(terms) <= 1 if terms else skip
+
+    def stay(m, g, job, option):
+        return m.x[job, option] <= sum(m.u[u] for u in nm.patterns if u[0] == g and (job, option) in nm.stays_in[u])
+
+    def comp(m, g, parts):
+        mc = tuple(int(k) for k in parts.split("x"))
+        return (sum(m.y[s] for s in nm.on_pool.get(g, []) if nm.slot_comp[s] == mc)
+                <= sum(nm.parts[u].count(mc) * m.u[u] for u in nm.patterns if u[0] == g))
 
     def whole(m, e):
         return sum(m.z[e, p] for p in nm.defs[e]) == sum(n * m.q[e, n] for n in nm.counts[e])
@@ -550,12 +645,14 @@ def build_pyomo(opts: JointOptions) -> pyo.ConcreteModel:
     m.demand = pyo.Constraint(m.D, rule=demand)
     m.level = pyo.Constraint(m.HL, rule=level)
     m.slots = pyo.Constraint(m.K2L, rule=slots)
-    m.slice = pyo.Constraint(m.XS, rule=on_slice)
+    m.node = pyo.Constraint(m.X, rule=node)
+    m.stay = pyo.Constraint(m.XC, rule=stay)
+    m.comp = pyo.Constraint(m.XM, rule=comp)
     m.whole = pyo.Constraint(m.E, rule=whole)
     m.rack = pyo.Constraint(m.R, rule=rack)
     p_mean = sum(m.U0[j] for j in m.J) + sum((m.utility[c] - m.U0[c[0]]) * m.x[c] for c in m.C)
     m.columns = ([m.x[c] for c in m.C] + [m.y[s] for s in m.Y] + [m.z[ep] for ep in m.Z] + [m.q[en] for en in m.Q]
-                 + [m.w[kd] for kd in m.K2L])
+                 + [m.w[kd] for kd in m.K2L] + [m.u[u] for u in m.U])
     if opts.round_input.settings.max_min:
         m.t = pyo.Var(domain=pyo.NonNegativeReals, bounds=(0, max_min_upper(opts)))
         m.minspd = pyo.Constraint(m.J, rule=lambda m, j: m.t <= sum(m.speedup[c] * m.x[c] for c in nm.options_of[j]))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cache, cached_property
 
 import numpy as np
 
@@ -40,7 +40,7 @@ from schedlab.state import BatchLimits, GradStats, JobSpec, RoundInput, Throughp
 from schedlab.topology import cluster_graph, spread_gbps
 
 __all__ = ["MULTI", "SINGLE", "STAY", "Demand", "JointCluster", "JointOptions", "Multi", "MultiGroup", "Pool", "Slot",
-           "compositions", "enumerate_joint_options", "joint_cluster", "tiers"]
+           "compositions", "enumerate_joint_options", "joint_cluster", "tiers", "vector_partitions"]
 
 SINGLE, MULTI, STAY = 0, 2, 3  # the kinds of option of joint.py's C_j
 
@@ -335,6 +335,31 @@ def compositions(pool: Pool) -> list[tuple[int, ...]]:
     return [m for m in itertools.product(*(range(len(s) + 1) for s in pool.slices)) if sum(m)]
 
 
+@cache
+def vector_partitions(total: tuple[int, ...]) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """Every multiset of nonzero count vectors summing to `total`, each as its parts in
+    non-increasing order: the ways to share a node's GPUs of each slice out among jobs.
+
+    Examples
+    --------
+    >>> vector_partitions((2, 1))
+    (((2, 1),), ((2, 0), (0, 1)), ((1, 1), (1, 0)), ((1, 0), (1, 0), (0, 1)))
+    """
+    parts = sorted((m for m in itertools.product(*(range(t + 1) for t in total)) if any(m)), reverse=True)
+    out: list[tuple[tuple[int, ...], ...]] = []
+
+    def grow(left: tuple[int, ...], start: int, acc: tuple[tuple[int, ...], ...]) -> None:
+        if not any(left):
+            out.append(acc)
+            return
+        for i in range(start, len(parts)):
+            if all(a <= b for a, b in zip(parts[i], left)):
+                grow(tuple(b - a for a, b in zip(parts[i], left)), i, acc + (parts[i],))
+
+    grow(total, 0, ())
+    return tuple(out)
+
+
 def _slot_comps(pool: Pool) -> list[tuple[int, ...]]:
     """The compositions a slot of the pool may take: a chain size of a homogeneous pool, any
     composition of a heterogeneous node."""
@@ -507,10 +532,12 @@ def _smaller(cl: JointCluster) -> dict[tuple[str, int], tuple[int, ...]]:
 def _undominated(o: JointOptions, util: np.ndarray) -> np.ndarray:
     """Mask of the options that no other option of the same job beats with a subset of its resources.
 
-    Of one multi-node group a larger node count must be worth more (prune_dominated). A single
-    option (d GPUs at worst tier t) must be worth more than every smaller single option of its
-    job, GPU type and tier it may shrink to (`_smaller`): any d' of its GPUs are a placement of
-    d' GPUs at a tier no worse, which is worth at least that option's value at t.
+    Any d' of a single option's d GPUs (d' a size it may shrink to, `_smaller`) are a placement
+    of d' GPUs at a tier no worse than its tier t, worth at least any single option of d' GPUs
+    of that GPU type at a tier t' >= t: where one is worth as much, the option is dominated. So
+    is a multi option of tier t whose nodes' GPU count G is worth no more than a single option
+    of G GPUs at a tier t' >= t (one of its whole nodes), and of one multi-node group a larger
+    node count must be worth more (prune_dominated).
     """
     keep = np.ones(o.num_options, dtype=bool)
     multi = np.flatnonzero(o.kind == MULTI)
@@ -518,19 +545,28 @@ def _undominated(o: JointOptions, util: np.ndarray) -> np.ndarray:
     single = np.flatnonzero(o.kind == SINGLE)
     if not len(single):
         return keep
-    kinds = sorted({(str(t), float(tau)) for t, tau in zip(o.gpu_type[single], o.tau[single])})
-    kind_of = {k: i for i, k in enumerate(kinds)}
-    code = np.array([kind_of[str(t), float(tau)] for t, tau in zip(o.gpu_type[single], o.tau[single])], dtype=int)
+    types = sorted(set(o.gpu_type[single].tolist()))
+    taus = np.unique(o.tau[single])
+    type_of, tier_of = np.searchsorted(types, o.gpu_type[single]), np.searchsorted(taus, o.tau[single])
     d = o.num_gpus[single]
-    value = np.full((o.num_jobs, len(kinds), int(d.max()) + 1), -np.inf)
-    value[o.job[single], code, d] = util[single]
+    value = np.full((o.num_jobs, len(types), len(taus), int(d.max()) + 1), -np.inf)
+    value[o.job[single], type_of, tier_of, d] = util[single]
+    # at_least[j, y, i, d']: the best single option of d' GPUs at a tier no better than taus[i]
+    at_least = np.maximum.accumulate(value[:, :, ::-1], axis=2)[:, :, ::-1]
     beaten = np.zeros(value.shape, dtype=bool)
     for (gpu_type, size), smaller in _smaller(o.cluster).items():
-        if size < value.shape[2] and smaller:
-            cols = [i for i, (t, _) in enumerate(kinds) if t == gpu_type]
-            here = value[:, cols, size]
-            beaten[:, cols, size] = (value[:, cols][:, :, list(smaller)] >= here[:, :, None]).any(axis=2)
-    keep[single] = ~beaten[o.job[single], code, d]
+        if gpu_type in types and size < value.shape[3] and smaller:
+            y = types.index(gpu_type)
+            beaten[:, y, :, size] = (at_least[:, y][:, :, list(smaller)] >= value[:, y, :, size, None]).any(axis=2)
+    keep[single] = ~beaten[o.job[single], type_of, tier_of, d]
+    g = o.num_gpus[multi] // o.num_nodes[multi]
+    ok = np.isin(o.gpu_type[multi], types) & (g < value.shape[3])
+    if ok.any():
+        m = multi[ok]
+        tier = np.minimum(np.searchsorted(taus, o.tau[m]), len(taus) - 1)  # the first tier >= the option's
+        whole = at_least[o.job[m], np.searchsorted(types, o.gpu_type[m]), tier, g[ok]]
+        whole = np.where(taus[tier] >= o.tau[m], whole, -np.inf)
+        keep[m] &= ~(whole >= util[m])
     return keep
 
 

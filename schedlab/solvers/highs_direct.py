@@ -37,7 +37,7 @@ from schedlab.milp import FAILED, OPTIMAL, TIME_LIMIT, MilpArrays, SolveOutcome
 from schedlab.solvers.log import solver_log_on
 from schedlab.solvers.outcome import StopSignal, best_of, start_outcome
 
-__all__ = ["HIGHS_OPTIONS_URL", "IPM_MIN_COLS", "NEIGHBOURHOODS", "NEIGHBOURHOOD_MAX_SHARE", "check_options", "lp_bound",
+__all__ = ["HIGHS_OPTIONS_URL", "IPM_MIN_ROWS", "NEIGHBOURHOODS", "NEIGHBOURHOOD_MAX_SHARE", "check_options", "lp_bound",
            "lp_first_search", "set_options", "solve_highs"]
 
 _ROWWISE, _MAXIMIZE = 2, -1
@@ -223,10 +223,13 @@ _OPTIONS = {"mip_heuristic_run_rins": False, "mip_heuristic_run_rens": False,
             "mip_heuristic_run_feasibility_jump": False, "mip_heuristic_run_root_reduced_cost": False}
 
 
-# LPs of at least this many columns go to HiGHS's interior point solver (with crossover, so the
-# answer is still a vertex with few fractional jobs). Relaxations of random goodput rounds, dual
-# simplex vs IPM: 10,063 columns 64 vs 65 ms; 40,856 columns 757 vs 312 ms; 81,342 2.88 vs 0.95 s.
-IPM_MIN_COLS = 20_000
+# LPs of at least this many rows go to HiGHS's interior point solver (with crossover, so the
+# answer is still a vertex with few fractional jobs): a simplex iteration costs with the basis,
+# i.e. the rows. Relaxations of random goodput rounds (about 4 columns a row), dual simplex vs
+# IPM: 2,552 rows 64 vs 65 ms; 10,235 rows 757 vs 312 ms; 20,500 rows 2.88 vs 0.95 s. A joint
+# round's has many more columns a row (2,048 GPUs / 1,000 jobs: 2,312 rows, 46,000 columns):
+# simplex 0.6 s, IPM 5.8 s.
+IPM_MIN_ROWS = 5_000
 
 
 def _highs(model: MilpArrays, integer: np.ndarray, time_limit_s: float, mip_gap: float, seed: int,
@@ -234,7 +237,7 @@ def _highs(model: MilpArrays, integer: np.ndarray, time_limit_s: float, mip_gap:
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("presolve", "on" if presolve else "off")
-    if model.num_cols >= IPM_MIN_COLS and not integer.any():
+    if model.num_rows >= IPM_MIN_ROWS and not integer.any():
         h.setOptionValue("solver", "ipm")
     for name, value in _OPTIONS.items():
         h.setOptionValue(name, value)
