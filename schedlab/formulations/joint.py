@@ -146,6 +146,7 @@ import itertools
 import math
 from collections import Counter
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -251,16 +252,26 @@ def _patterns(pool: Pool, stayers: dict[int, tuple[int, ...]], used: set[tuple[i
     """The patterns (S, P) of a heterogeneous node: S a set of its stay options, P the parts of a
     vector partition of the GPUs they leave (`vector_partitions`), only the parts in `used`
     kept (the others serve no slot), and of the P of one S only the maximal ones."""
+    order = sorted(stayers)
+    shape = tuple(len(members) for members in pool.slices)
+    return [(tuple(order[i] for i in stay), pattern)
+            for stay, pattern in _node_patterns(shape, tuple(stayers[c] for c in order), frozenset(used))]
+
+
+@cache
+def _node_patterns(shape: tuple[int, ...], holds: tuple[tuple[int, ...], ...], used: frozenset[tuple[int, ...]]
+                   ) -> tuple[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]], ...]:
+    """`_patterns` of a node of slices `shape` whose stayers hold `holds`, stayers by position:
+    alike nodes share one enumeration."""
     out = []
-    n = tuple(len(members) for members in pool.slices)
-    for size in range(len(stayers) + 1):
-        for stay in itertools.combinations(sorted(stayers), size):
-            left = tuple(t - sum(stayers[c][s] for c in stay) for s, t in enumerate(n))
+    for size in range(len(holds) + 1):
+        for stay in itertools.combinations(range(len(holds)), size):
+            left = tuple(t - sum(holds[c][s] for c in stay) for s, t in enumerate(shape))
             kept = sorted({tuple(m for m in pattern if m in used) for pattern in vector_partitions(left)})
             counts = [Counter(pattern) for pattern in kept]
             out += [(stay, pattern) for pattern, count in zip(kept, counts)
                     if not any(other != count and all(other[m] >= k for m, k in count.items()) for other in counts)]
-    return out
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -434,16 +445,22 @@ def build_arrays(opts: JointOptions, st: Structure) -> MilpArrays:
 
     Columns: x, then y (Structure.y_cols), z, q, w, u, then t (max-min). The objective's constant
     is sum_j U0_j; rows are (one), (demand), (level), (slots), (node), (stay), (comp), (whole),
-    (rack), then (minspd) under max-min. The warm start is `start_point`'s, and each column's job (x; -1 for
-    the others) is given as `choice`.
+    (rack), then (minspd) under max-min. The warm start is `start_point`'s. `choice` gives LP first's
+    neighbourhood units: an option's job; a pool's slots, patterns and whole nodes; a
+    definition's q; w and t none (free in every neighbourhood).
     """
     c, col_hi, integer = _columns(opts, st)
     blocks = _constraints(opts, st)
     if opts.round_input.settings.max_min:
         blocks["minspd"] = _minspd(opts, len(c) - 1)
     A, lo, hi = stack_rows(list(blocks.values()), len(c))
-    choice = np.full(len(c), -1)
+    at, jobs, pools = _offsets(opts, st), opts.num_jobs, len(opts.cluster.pools)
+    choice = np.full(len(c), -1)  # LP first's neighbourhood units: jobs, then pools, then definitions
     choice[: opts.num_options] = opts.job
+    choice[at.y: at.z] = [jobs + opts.slots[s].pool for s in st.y_cols]
+    choice[at.z: at.q] = [jobs + p for _, p in st.z_cols]
+    choice[at.q: at.w] = [jobs + pools + e for e, _ in st.q_cols]
+    choice[at.u: at.end] = [jobs + p for p, _, _ in st.u_cols]
     return MilpArrays(c=c, offset=float(opts.U0.sum()), A=A, row_lo=lo, row_hi=hi,
                       col_lo=np.zeros(len(c)), col_hi=col_hi, integer=integer, start=start_point(opts, st),
                       choice=choice)

@@ -360,12 +360,6 @@ def vector_partitions(total: tuple[int, ...]) -> tuple[tuple[tuple[int, ...], ..
     return tuple(out)
 
 
-def _slot_comps(pool: Pool) -> list[tuple[int, ...]]:
-    """The compositions a slot of the pool may take: a chain size of a homogeneous pool, any
-    composition of a heterogeneous node."""
-    return [(d,) for d in pool.levels] if pool.homogeneous else compositions(pool)
-
-
 def _supply(cl: JointCluster) -> tuple[tuple[Demand, ...], tuple[Slot, ...]]:
     """D and every slot: for every class in play, every pool and composition, the demand it serves
     (its GPU type, size and worst tier for the class)."""
@@ -373,11 +367,20 @@ def _supply(cl: JointCluster) -> tuple[tuple[Demand, ...], tuple[Slot, ...]]:
     slots = []
     for a in range(len(cl.classes)):
         for p, pool in enumerate(cl.pools):
-            for m in _slot_comps(pool):
-                tau = max(sig[a] for sig, count in zip(pool.signatures, m) if count)
+            sizes = tuple(len(members) for members in pool.slices)
+            for m, tau in _comp_tiers(pool.signatures, sizes, pool.levels if pool.homogeneous else (), a):
                 demand = Demand(a, pool.gpu_type, sum(m), tau)
                 slots.append(Slot(p, a, m, index.setdefault(demand, len(index))))
     return tuple(index), tuple(slots)
+
+
+@cache
+def _comp_tiers(signatures: tuple[tuple[float, ...], ...], sizes: tuple[int, ...], levels: tuple[int, ...],
+                a: int) -> tuple[tuple[tuple[int, ...], float], ...]:
+    """A slot's compositions on a node of these slices (a homogeneous node: its chain `levels`)
+    and their worst tier for class a; alike nodes share one."""
+    comps = [(d,) for d in levels] if levels else [m for m in itertools.product(*(range(n + 1) for n in sizes)) if sum(m)]
+    return tuple((m, max(sig[a] for sig, count in zip(signatures, m) if count)) for m in comps)
 
 
 def _multis(cl: JointCluster) -> tuple[tuple[Multi, ...], tuple[MultiGroup, ...]]:
@@ -398,9 +401,11 @@ def _multis(cl: JointCluster) -> tuple[tuple[Multi, ...], tuple[MultiGroup, ...]
             seen: set[tuple[int, ...]] = set()
             for t in sorted({cl.pools[p].worst(a) for p in members}):
                 eligible = [p for p in members if cl.pools[p].worst(a) <= t]
-                racks = sorted({cl.pools[p].rack for p in eligible})
-                scopes = [([p for p in eligible if cl.pools[p].rack == r], cl.rack_scale[r], False) for r in racks]
-                if len(racks) > 1:
+                by_rack: dict[str, list[int]] = {}
+                for p in eligible:
+                    by_rack.setdefault(cl.pools[p].rack, []).append(p)
+                scopes = [(by_rack[r], cl.rack_scale[r], False) for r in sorted(by_rack)]
+                if len(by_rack) > 1:
                     scopes.append((eligible, cl.cross_rack_scale, True))
                 for scope, scale, spans in scopes:
                     counts = multi_node_counts(sum(len(cl.pools[p].nodes) for p in scope))
