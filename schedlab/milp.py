@@ -43,8 +43,10 @@ class MilpArrays:
     """A MILP as arrays: maximize ``c @ v + offset`` subject to ``row_lo <= A @ v <= row_hi``,
     ``col_lo <= v <= col_hi`` and ``v[i]`` integer where ``integer[i]``.
 
-    `start` is a feasible point to warm-start from, if known; `choice` gives the job each column
-    belongs to (-1: none), None when every column is its own.
+    `start` is a feasible point to warm-start from, if known; `choice` gives the unit each column
+    belongs to, which a search frees or fixes together: the job of an option's column, or
+    another unit of the model (e.g. a pool's packing columns), -1 for none (free whenever any
+    unit is); None when every column is its own.
     """
 
     c: np.ndarray

@@ -132,6 +132,32 @@ def test_joint_equals_brute_force_over_every_placement(p):
         assert result.objective == pytest.approx(expected, abs=1e-6 * max(1.0, abs(expected))), case
 
 
+def test_joint_equals_brute_force_where_many_nodes_share_a_signature():
+    """Alike nodes (every GPU of a node alike, few tiers) make pools of several nodes whose slots
+    and whole nodes several jobs share: still the optimum over every placement."""
+    rng = np.random.default_rng(13)
+    for case in range(12):
+        base = tiny_round(rng, p=(1.0, -1.0, -math.inf)[case % 3], max_jobs=3, max_nodes=5)
+        ri = _with_world(rng, base, racks=bool(case % 2), per_node=True)
+        result = solve_round(replace(ri, settings=replace(ri.settings, formulation="joint", mip_gap=0.0)))
+        assert result.status == "optimal"
+        expected = _brute_force(ri)
+        assert result.objective == pytest.approx(expected, abs=1e-6 * max(1.0, abs(expected))), case
+
+
+def test_a_jobs_options_do_not_grow_with_alike_nodes():
+    """Options name kinds of placement, not nodes: twice the alike nodes, the same options."""
+    rng = np.random.default_rng(4)
+    ri = _with_world(rng, tiny_round(rng, max_jobs=6, max_nodes=2), racks=False, per_node=True)
+
+    def copies(count: int) -> RoundInput:
+        return replace(ri, cluster=Cluster(tuple(replace(n, id=f"{n.id}-{copy}") if copy else n
+                                                 for copy in range(count) for n in ri.cluster.nodes)))
+
+    small, large = enumerate_joint_options(copies(4), prune=False), enumerate_joint_options(copies(8), prune=False)
+    assert small.num_options == large.num_options > 0  # no job spans more than two of the first nodes
+
+
 def _twin_rounds(seed: int, count: int):
     """Joint rounds of every kind: p = 1, -1 and -inf (max-min), per-GPU and per-node variability,
     racks or none, running jobs on arbitrary GPUs (nodes with one and with several stayers) and
@@ -166,7 +192,7 @@ def test_joint_pyomo_twin_is_the_same_model():
     for ri in _twin_rounds(seed=11, count=36):
         model = joint_model(ri)
         arrays, twin = model.arrays(), model.pyomo()
-        for tag in ("one", "level", "slots", "slice", "pool", "elig", "minspd"):
+        for tag in ("one", "demand", "level", "slots", "node", "stay", "comp", "whole", "rack", "minspd"):
             rows[tag] = rows.get(tag, 0) + len(getattr(twin, tag, ()))
         by_arrays, by_twin = solve_highs(arrays, 30.0, 0.0), solve_appsi_highs(twin, 30.0, 0.0)
         assert by_arrays.status == by_twin.status == "optimal"
@@ -183,7 +209,7 @@ def test_joint_pyomo_twin_is_the_same_model():
         lp_twin = solve_appsi_highs(twin, 30.0, 0.0)
         assert lp_arrays.status == lp_twin.status == "optimal"
         assert lp_twin.objective == pytest.approx(lp_arrays.objective, abs=tol)
-    assert min(rows.values()) > 0 and len(rows) == 7, rows  # the rounds exercised every constraint
+    assert min(rows.values()) > 0 and len(rows) == 10, rows  # the rounds exercised every constraint
 
 
 def test_joint_without_variability_or_topology_is_the_goodput_round():

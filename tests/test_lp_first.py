@@ -59,11 +59,11 @@ def test_lp_first_and_full_mip_reach_the_brute_force_optimum():
     assert paths["LP relaxation integral"] > 0
 
 
-@pytest.mark.parametrize("ipm_min_cols", [highs_direct.IPM_MIN_COLS, 0], ids=["relaxation by simplex", "by IPM"])
-def test_neighbourhood_points_are_within_the_gap_of_the_full_optimum(ipm_min_cols, monkeypatch):
+@pytest.mark.parametrize("ipm_min_rows", [highs_direct.IPM_MIN_ROWS, 0], ids=["relaxation by simplex", "by IPM"])
+def test_neighbourhood_points_are_within_the_gap_of_the_full_optimum(ipm_min_rows, monkeypatch):
     """The relaxation of the largest rounds is solved by interior point (with crossover): its
     vertex must serve the neighbourhood search as the simplex's does."""
-    monkeypatch.setattr(highs_direct, "IPM_MIN_COLS", ipm_min_cols)
+    monkeypatch.setattr(highs_direct, "IPM_MIN_ROWS", ipm_min_rows)
     rng = np.random.default_rng(5)
     paths = Counter()
     for _ in range(12):

@@ -11,45 +11,64 @@ $B_{\mathit{ref}}$ the node link bandwidth the model was fitted at; a job spanni
 of one class within `tier_tolerance` (relative) of a tier's smallest are one tier, valued at the
 tier's largest: predictions are never optimistic.
 
+Ours too, for scale: a job's options name kinds of placement (a GPU type, size, tier and scope),
+not nodes, and integer counts say how many jobs of each kind each pool or rack takes, so the model
+grows with the jobs plus the kinds of node, not with their product (a 2,048-GPU round with PAL's
+measured variability: 2.6 million node-by-node options before, tens of thousands now).
+
 **Sets**
 
-- $J$ jobs, $a_j$ the variability class of job $j$; $S$ the GPU signatures: a GPU's tier in
-  every class in play
+- $J$ jobs, $a_j$ the variability class of job $j$; $A$ the classes in play
 - $H$ homogeneous node groups: nodes of one GPU type, size $G_g$, rack and signature (every GPU
-  of the node alike); $K_g$ its nodes; $L_g = \mathit{chain\_levels}(G_g)$; $S_k$, $K1_g$,
-  $K2_g$ as goodput.py (the stay options holding GPUs on node $k$; the nodes of $g$ with
-  exactly one / several)
+  of the node alike: its tier in every class); $K_g$ its nodes; $L_g = \mathit{chain\_levels}(G_g)$;
+  $S_k$, $K1_g$, $K2_g$ as goodput.py (the stay options holding GPUs on node $k$; the nodes of
+  $g$ with exactly one / several)
 - $X$ heterogeneous nodes (GPUs of several signatures), each alone; $\mathit{Sl}_k$ its slices
   (its GPUs of one signature), $n_{ks}$ GPUs in slice $s$
-- $W = H \cup X$ pools of whole nodes; $|K_w|$ nodes, worst factor $\tau_{wa}$ over its GPUs
-- $C_j$ options of job $j$ (joint_options.py), of four kinds:
-    - $\mathit{single}(g, d)$: $d \in L_g$ GPUs on one node of $g \in H$
-    - $\mathit{comp}(k, m)$: $m_s$ GPUs of each slice $s$ of $k \in X$, any total $\ge 1$
-    - $\mathit{multi}(n, t, R)$: $n \ge 2$ whole nodes of one GPU type and size, from the pools
-      $E_c = \{w : \tau_{w a_j} \le t,\ \mathit{rack}(w) \in R\}$, $R$ one rack or all
+- $W = H \cup X$ pools of whole nodes; $|K_w|$ nodes, worst tier $\tau_{wa}$ over its GPUs for class $a$
+- $D$ demands $\delta = (a, \mathit{type}, d, t)$: $d$ GPUs of one type on one node, worst tier
+  $t$ for class $a$; $Y$ slots $\sigma = (w, a, m)$: one job of class $a$ on a node of pool $w$
+  taking $m_s$ GPUs of each slice ($w \in H$: one slice, $m = d \in L_w$; $w \in X$: any
+  $m \le n_{w\cdot}$ with a total $\ge 1$), serving the demand $\delta(\sigma)$ of its class,
+  type, size and worst tier $\max_{s: m_s > 0} \tau_{sa}$
+- $E$ multi-node definitions: for a class $a$, GPU type and size, tier $t$ and scope (one rack,
+  or all racks), the pools $E_e = \{w : \tau_{wa} \le t,\ \mathit{rack}(w) \in R_e\}$;
+  $N_e$ = multi_node_counts($\sum_{w \in E_e} |K_w|$) its node counts
+- $\Pi_k$ the patterns of $k \in X$: a set $S$ of the stay options holding GPUs on $k$, and
+  the parts $P$ (a multiset of compositions) of a vector partition of the GPUs per slice that
+  $S$ leaves free; of the $P$ of one $S$ only the maximal ones in the compositions some slot
+  uses; $\mathit{cnt}_\pi(m)$ the parts of $\pi$ equal to $m$
+- $M$ multi-node groups: the definitions of one class, type, size, tier and bandwidth scale,
+  over all racks (one definition) or within one rack (one per rack: a job takes nodes of one
+  rack, whichever); $E_\mu$ the definitions of group $\mu$
+- $C_j$ options of job $j$ (joint_options.py), of three kinds:
+    - $\mathit{single}(\delta)$: a demand $\delta$ of $j$'s class
+    - $\mathit{multi}(\mu, n)$: $n \ge 2$ whole nodes of one definition of group $\mu$
     - stay: a running job keeps exactly its GPUs
-- $V$ the pairs $(j, w)$ with $w \in E_c$ for a multi option $c$ of $j$ (the sums over $v$
-  below run over $V$)
 
 **Parameters**
 
-- $\tau_c$ worst factor of option $c$'s GPUs for $a_j$ (single: the group's; comp: the worst
-  slice used; multi: $t$; stay: its GPUs')
+- $\tau_c$ worst tier of option $c$'s GPUs for $a_j$ (single: $t$ of its demand; multi: its
+  group's $t$; stay: its GPUs')
 - $g_c$ goodput at the best batch (models.efficiency.best_batch) with compute $\times \tau_c$,
   inter-node sync $\times B_{\mathit{ref}} / B_c$, and the whole step $\times$
   `across_node_factor` if spread
 - $u_c$, $U0_j$, $s'_c$ utility, unallocated utility, penalized speedup as goodput.py (the fair
   share valued on a typical GPU: variability shows in the speedups)
-- $a_c$, $z_c$ GPUs and GPUs per node of $\mathit{single}(g, d)$ ($a_c = z_c = d$); $n_c$ the
-  whole nodes of a multi option; $m_{cs}$ the GPUs of slice $s$ composition $c$ takes
-- $h_{kc}$ GPUs stay option $c$ holds on a homogeneous node $k$; $h_{kcs}$ on slice $s$ of
-  $k \in X$
+- $d_\sigma = \sum_s m_{\sigma s}$ GPUs of slot $\sigma$; $n_c$ the whole nodes of a multi option
+- $h_{kc}$ GPUs stay option $c$ holds on a homogeneous node $k$; $h_{kcs}$ on slice $s$ of $k \in X$
 
 **Variables**
 
 - $x_c \in \{0, 1\}$: option $c$ is chosen
-- $v_{jw} \in \mathbb{Z}_{\ge 0}$, $(j, w) \in V$: whole nodes of pool $w$ that job $j$ takes
-  (for its multi option), at most $|K_w|$
+- $y_\sigma \in \{0, \dots, \bar y_\sigma\}$: jobs placed in slot $\sigma$, at most what its
+  pool holds: $|K_w| \lfloor G_w / d_\sigma \rfloor$ on $w \in H$,
+  $\min_{s: m_{\sigma s} > 0} \lfloor n_{ws} / m_{\sigma s} \rfloor$ on $w \in X$
+- $z_{ew} \in \{0, \dots, |K_w|\}$, $w \in E_e$: whole nodes of pool $w$ given to definition $e$
+- $q_{en} \in \{0, \dots, \lfloor \sum_{w \in E_e} |K_w| / n \rfloor\}$, $n \in N_e$: jobs
+  taking $n$ whole nodes of definition $e$
+- $u_{k\pi} \in \{0, 1\}$, $\pi = (S, P) \in \Pi_k$: node $k \in X$ is shared out as pattern
+  $\pi$: its stay options $S$ keep their GPUs and the rest go to the parts $P$
 - $w_{kd} \in \mathbb{Z}_{\ge 0}$: goodput.py's free $d$-slots of a homogeneous node with
   several stayers, $k \in K2_g$, $d \in L_g$
 - $t$: max-min only, as goodput.py
@@ -67,52 +86,67 @@ $$
 \begin{aligned}
 &\text{(one)}    && \sum_{c \in C_j} x_c \le 1
                  && j \in J \\
-&\text{(level)}  && \sum_{c \text{ single in } g,\ z_c \ge d} \frac{a_c}{d} \, x_c
-                    + \frac{G_g}{d} \sum_j v_{jg}
+&\text{(demand)} && \sum_{c = \mathit{single}(\delta)} x_c \le \sum_{\sigma: \delta(\sigma) = \delta} y_\sigma
+                 && \delta \in D \\
+&\text{(level)}  && \sum_{\sigma \text{ on } g,\ d_\sigma \ge d} \frac{d_\sigma}{d} \, y_\sigma
+                    + \frac{G_g}{d} \sum_{e} z_{eg}
                     + \sum_{k \in K1_g} \sum_{c \in S_k} \left\lceil \frac{h_{kc}}{d} \right\rceil x_c
                  && \\
 &                && \quad - \sum_{k \in K2_g} w_{kd} \le |K_g \setminus K2_g| \, \frac{G_g}{d}
                  && g \in H,\ d \in L_g \\
 &\text{(slots)}  && d \, w_{kd} + \sum_{c \in S_k} h_{kc} \, x_c \le G_g
                  && k \in K2_g,\ d \in L_g \\
-&\text{(slice)}  && \sum_{c \text{ comp on } k} m_{cs} \, x_c + \sum_{c \text{ stay}} h_{kcs} \, x_c
-                    + n_{ks} \sum_j v_{jk} \le n_{ks}
-                 && k \in X,\ s \in \mathit{Sl}_k \\
-&\text{(pool)}   && \sum_w v_{jw} = \sum_{c \text{ multi of } j} n_c \, x_c
-                 && j \in J \\
-&\text{(elig)}   && v_{jw} \le |K_w| \sum_{c \text{ multi of } j,\ w \in E_c} x_c
-                 && (j, w) \in V \\
+&\text{(node)}   && \sum_{\pi \in \Pi_k} u_{k\pi} + \sum_e z_{ek} \le 1
+                 && k \in X \\
+&\text{(stay)}   && x_c \le \sum_{\pi = (S, P) \in \Pi_k:\ c \in S} u_{k\pi}
+                 && k \in X,\ c \in S_k \\
+&\text{(comp)}   && \sum_{\sigma \text{ on } k,\ m_\sigma = m} y_\sigma \le \sum_{\pi \in \Pi_k} \mathit{cnt}_\pi(m) \, u_{k\pi}
+                 && k \in X,\ m \\
+&\text{(whole)}  && \sum_{w \in E_e} z_{ew} = \sum_{n \in N_e} n \, q_{en}
+                 && e \in E \\
+&\text{(rack)}   && \sum_{e \in E_\mu:\ n \in N_e} q_{en} = \sum_{c = \mathit{multi}(\mu, n)} x_c
+                 && \mu \in M,\ n \ge 2 \\
 &\text{(minspd)} && t \le \sum_{c \in C_j} s'_c \, x_c
                  && j \in J \text{ (max-min)}
 \end{aligned}
 $$
 
-**Why it is exact.** By (one) a job takes at most one option, so (elig) lets $v_{j\cdot}$ use
-only the pools of its chosen multi option and (pool) makes them $n_c$ whole nodes: the option's
-value is a lower bound of what those nodes give (their worst factor $\le t$, their racks in
-$R$), and the option with $t$ and $R$ equal to the realized ones exists, so the optimum over
-options is the optimum over concrete placements of these shapes. A heterogeneous node is one
-bin whose GPUs of one slice are interchangeable: (slice) is exactly its capacity, a whole node
-taking all of it. A homogeneous group is goodput.py's node group, whole nodes being items of
-size $G_g$ in its chain, so its (level) argument holds unchanged. Decoding places stayers, then
-whole nodes, then single-node items largest first (packing.py), then compositions on their
-slices: it never fails; the verifier checks anyway, and a brute-force test over every placement
-checks the optimum.
+**Why it is exact.** A single option is worth what its demand's size and tier give, and so is
+every slot serving that demand, so (demand) lets any job take any such slot: matching the chosen
+options to slots one by one realizes them, and every concrete single-node placement is some slot
+(its node's pool, the job's class, its GPUs per slice). A heterogeneous node is one bin whose
+GPUs of one slice are interchangeable: every way to share it out among its stayers, new jobs and
+a whole-node taker is one pattern or a whole node ((node), (stay), (comp)), and each is
+feasible, so those rows are exactly its capacity; stated by patterns and not by slice
+capacities, the relaxation of one node's packing is its convex hull (slice rows let the LP place
+a third of a 3-GPU job on each of three nodes). A homogeneous group is goodput.py's node group,
+slots and whole nodes being items of its chain, so its (level) argument holds unchanged. (whole)
+and (rack) give each definition as many whole nodes as its jobs take, and a multi option's jobs
+to definitions of its group: every job's nodes lie in one definition, so within its scope and at
+a tier no worse than its option's; the option with the realized tier and scope exists, so the
+optimum over options is the optimum over concrete placements of these shapes. Decoding places
+stayers, then each definition's whole nodes and its jobs, then slots matched to singles, largest
+first on homogeneous pools (packing.py) and composition by composition on heterogeneous nodes (u
+leaves each part room): it never fails; the verifier checks anyway, and a brute-force test over
+every placement checks the optimum.
 
-Smaller, still exact (joint_options.py): a larger shape of one pool or multi-node definition is
-kept only if worth more than the smaller ones; a composition only if worth more than every
-composition it contains; a multi-node definition only at the tiers where its eligible nodes
-grow. Freeze levels fold in as formulations/freezing.py proves for goodput.py
-(`fold_freeze_levels`: each option at its best admissible level, the same model size). Not
-modelled: links shared by several jobs (a spread's bandwidth is its own); a spread over racks
-is priced at the smallest rack uplink of the cluster.
+Smaller, still exact (joint_options.py): a larger node count of one multi-node group is kept
+only if worth more than the smaller ones; a single option only if worth more than every smaller
+one of its job, GPU type and tier that its GPUs could shrink to; a multi-node definition only at
+the tiers where its eligible nodes grow. Freeze levels fold in as formulations/freezing.py
+proves for goodput.py (`fold_freeze_levels`: each option at its best admissible level, the same
+model size). Not modelled: links shared by several jobs (a spread's bandwidth is its own); a
+spread over racks is priced at the smallest rack uplink of the cluster.
 """
 
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections import Counter
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -120,7 +154,15 @@ import numpy as np
 from schedlab.errors import DecodeError
 from schedlab.formulations.freezing import fold_freeze_levels, has_freezing
 from schedlab.formulations.goodput import max_min_upper, max_min_weight, min_job_speedup, objective_value
-from schedlab.formulations.joint_options import COMP, MULTI, SINGLE, STAY, JointOptions, Pool, enumerate_joint_options
+from schedlab.formulations.joint_options import (
+    MULTI,
+    SINGLE,
+    STAY,
+    JointOptions,
+    Pool,
+    enumerate_joint_options,
+    vector_partitions,
+)
 from schedlab.formulations.options import job_allocations
 from schedlab.formulations.packing import NodeState
 from schedlab.milp import MilpArrays, OneModel, Rows, stack_rows
@@ -137,28 +179,42 @@ __all__ = ["JointModel", "Structure", "build_arrays", "build_pyomo", "decode", "
 class Structure:
     """The module docstring's index sets, as the arrays, decode and the greedy index them.
 
-    Indices are positions: options c, jobs j, cluster node indices k, pools p, slices s. The
-    Pyomo twin finds its own sets from the options (`_names`), so that the two builds check
-    each other.
+    Indices are positions: options c, cluster node indices k, pools p, slices s, slots (into
+    JointOptions.slots), definitions e (into JointOptions.multi), groups (into JointOptions.groups).
+    Only the demands, slots, definitions and counts some option uses get rows and columns. The
+    Pyomo twin finds its own sets from the options (`_names`), so that the two builds check each other.
     """
 
     single_stayer: dict[int, tuple[int, int]]  # homogeneous node k in K1 -> (stay option, h_kc)
     multi_stayer: dict[int, list[tuple[int, int]]]  # homogeneous node k in K2 -> [(c, h_kc)]
-    slice_stayers: dict[tuple[int, int], list[tuple[int, int]]]  # (heterogeneous pool, slice) -> [(c, h)]
-    v_cols: tuple[tuple[int, int], ...]  # (job, pool) of every v, in column order
+    het_stayers: dict[int, dict[int, tuple[int, ...]]]  # heterogeneous pool -> stay option -> h_kc.
+    demands: tuple[int, ...]  # the demands some single option names, in (demand) row order
+    y_cols: tuple[int, ...]  # slot of every y, in column order
+    z_cols: tuple[tuple[int, int], ...]  # (definition, pool) of every z, in column order
+    q_cols: tuple[tuple[int, int], ...]  # (definition, n) of every q, in column order
+    rack_rows: tuple[tuple[int, int], ...]  # (group, n) of every (rack) row
     w_cols: tuple[tuple[int, int], ...]  # (node, level) of every w, in column order
+    u_cols: tuple[tuple[int, tuple[int, ...], tuple[tuple[int, ...], ...]], ...]  # (pool, S, P) of every u
+    comp_rows: tuple[tuple[int, tuple[int, ...]], ...]  # (pool, m) of every (comp) row
+
+    @property
+    def num_cols(self) -> int:
+        """Columns after x: y, z, q, w and u."""
+        return len(self.y_cols) + len(self.z_cols) + len(self.q_cols) + len(self.w_cols) + len(self.u_cols)
 
 
 def structure(opts: JointOptions) -> Structure:
-    """The module docstring's index sets of the options: stayers by node (K1, K2) and by slice, v and w columns.
+    """The module docstring's index sets of the options.
 
     A homogeneous node held by one stay option is in K1, by several in K2 (which gets w_kd
-    slots for every level d); a heterogeneous node's stayers are counted per slice (h_kcs).
-    v has a column per (job, pool) pair with the pool in E_c of one of the job's multi options.
+    slots for every level d); a heterogeneous node's stayers are counted per slice (h_kcs). y has
+    a column per slot of a demand some single option names; z per (definition, pool) and q per
+    (definition, n) of the groups and counts some multi option names; u per pattern of a
+    heterogeneous node (`_patterns`).
     """
     cl = opts.cluster
     holders: dict[int, list[tuple[int, int]]] = {}
-    slice_stayers: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    het_stayers: dict[int, dict[int, tuple[int, ...]]] = {}
     for j, held in opts.stay_gpus.items():
         c = opts.stay_option(j)
         for k, gpus in held.items():
@@ -166,17 +222,77 @@ def structure(opts: JointOptions) -> Structure:
             if pool.homogeneous:
                 holders.setdefault(k, []).append((c, len(gpus)))
             else:
-                for s, members in enumerate(pool.slices):
-                    h = len(set(gpus) & set(members))
-                    if h:
-                        slice_stayers.setdefault((cl.pool_of[k], s), []).append((c, h))
-    multi = np.flatnonzero(opts.kind == MULTI)
-    pairs = {(int(j), p) for j, d in set(zip(opts.job[multi].tolist(), opts.pool[multi].tolist()))
-             for p in opts.multi[d].pools}
+                het_stayers.setdefault(cl.pool_of[k], {})[c] = tuple(len(set(gpus) & set(m)) for m in pool.slices)
+    single, multi = opts.kind == SINGLE, opts.kind == MULTI
+    demands = tuple(sorted(set(opts.ref[single].tolist())))
+    wanted = set(demands)
+    y_cols = tuple(i for i, slot in enumerate(opts.slots) if slot.demand in wanted)
+    rack_rows = tuple(sorted(set(zip(opts.ref[multi].tolist(), opts.num_nodes[multi].tolist()))))
+    counts_of: dict[int, set[int]] = {}
+    for g, n in rack_rows:
+        counts_of.setdefault(g, set()).add(n)
+    defs = [e for g in sorted(counts_of) for e in opts.groups[g].defs]
+    z_cols = tuple((e, p) for e in defs for p in opts.multi[e].pools)
+    q_cols = tuple((e, n) for e in defs for n in opts.multi[e].counts if n in counts_of[opts.multi[e].group])
     multi_stayer = {k: hs for k, hs in holders.items() if len(hs) > 1}
     w_cols = tuple((k, d) for k in sorted(multi_stayer) for d in cl.pools[cl.pool_of[k]].levels)
-    return Structure({k: hs[0] for k, hs in holders.items() if len(hs) == 1}, multi_stayer, slice_stayers,
-                     tuple(sorted(pairs)), w_cols)
+    used: dict[int, set[tuple[int, ...]]] = {}
+    for i in y_cols:
+        if not cl.pools[opts.slots[i].pool].homogeneous:
+            used.setdefault(opts.slots[i].pool, set()).add(opts.slots[i].comp)
+    u_cols = tuple((p, stay, pattern) for p, pool in enumerate(cl.pools) if not pool.homogeneous
+                   for stay, pattern in _patterns(pool, het_stayers.get(p, {}), used.get(p, set())))
+    comp_rows = tuple((p, m) for p in sorted(used) for m in sorted(used[p]))
+    return Structure({k: hs[0] for k, hs in holders.items() if len(hs) == 1}, multi_stayer, het_stayers,
+                     demands, y_cols, z_cols, q_cols, rack_rows, w_cols, u_cols, comp_rows)
+
+
+def _patterns(pool: Pool, stayers: dict[int, tuple[int, ...]], used: set[tuple[int, ...]]
+              ) -> list[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]]:
+    """The patterns (S, P) of a heterogeneous node: S a set of its stay options, P the parts of a
+    vector partition of the GPUs they leave (`vector_partitions`), only the parts in `used`
+    kept (the others serve no slot), and of the P of one S only the maximal ones."""
+    order = sorted(stayers)
+    shape = tuple(len(members) for members in pool.slices)
+    return [(tuple(order[i] for i in stay), pattern)
+            for stay, pattern in _node_patterns(shape, tuple(stayers[c] for c in order), frozenset(used))]
+
+
+@cache
+def _node_patterns(shape: tuple[int, ...], holds: tuple[tuple[int, ...], ...], used: frozenset[tuple[int, ...]]
+                   ) -> tuple[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]], ...]:
+    """`_patterns` of a node of slices `shape` whose stayers hold `holds`, stayers by position:
+    alike nodes share one enumeration."""
+    out = []
+    for size in range(len(holds) + 1):
+        for stay in itertools.combinations(range(len(holds)), size):
+            left = tuple(t - sum(holds[c][s] for c in stay) for s, t in enumerate(shape))
+            kept = sorted({tuple(m for m in pattern if m in used) for pattern in vector_partitions(left)})
+            counts = [Counter(pattern) for pattern in kept]
+            out += [(stay, pattern) for pattern, count in zip(kept, counts)
+                    if not any(other != count and all(other[m] >= k for m, k in count.items()) for other in counts)]
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class _Offsets:
+    """Where each block of columns starts: x at 0, then y, z, q, w, u (and t)."""
+
+    y: int
+    z: int
+    q: int
+    w: int
+    u: int
+    end: int
+
+
+def _offsets(opts: JointOptions, st: Structure) -> _Offsets:
+    y = opts.num_options
+    z = y + len(st.y_cols)
+    q = z + len(st.z_cols)
+    w = q + len(st.q_cols)
+    u = w + len(st.w_cols)
+    return _Offsets(y, z, q, w, u, u + len(st.u_cols))
 
 
 def _constraints(opts: JointOptions, st: Structure) -> dict[str, Rows]:
@@ -186,26 +302,41 @@ def _constraints(opts: JointOptions, st: Structure) -> dict[str, Rows]:
     each other.
     """
     cl, n, inf = opts.cluster, opts.num_options, math.inf
-    num_v = len(st.v_cols)
-    v_job = np.array([j for j, _ in st.v_cols], dtype=int)
-    v_pool = np.array([p for _, p in st.v_cols], dtype=int)
-    w_index = {kd: n + num_v + i for i, kd in enumerate(st.w_cols)}
-    out = {tag: Rows() for tag in ("one", "level", "slots", "slice", "pool", "elig")}
+    at = _offsets(opts, st)
+    out = {tag: Rows() for tag in ("one", "demand", "level", "slots", "node", "stay", "comp", "whole", "rack")}
     jobs_with = np.unique(opts.job)
     out["one"].extend([(int(j),) for j in jobs_with], np.searchsorted(jobs_with, opts.job), np.arange(n),
                       np.ones(n), -inf, 1.0)
+    single = np.flatnonzero(opts.kind == SINGLE)
+    slot_demand = np.array([opts.slots[i].demand for i in st.y_cols], dtype=int)
+    demand_row = np.searchsorted(st.demands, np.concatenate([opts.ref[single], slot_demand]))
+    out["demand"].extend([(d,) for d in st.demands], demand_row,
+                         np.concatenate([single, at.y + np.arange(len(st.y_cols))]),
+                         np.concatenate([np.ones(len(single)), -np.ones(len(st.y_cols))]), -inf, 0.0)
+    y_on: dict[int, list[int]] = {}
+    for i, s in enumerate(st.y_cols):
+        y_on.setdefault(opts.slots[s].pool, []).append(i)
+    z_on: dict[int, list[int]] = {}
+    for i, (_, p) in enumerate(st.z_cols):
+        z_on.setdefault(p, []).append(at.z + i)
+    w_index = {kd: at.w + i for i, kd in enumerate(st.w_cols)}
+    u_on: dict[int, list[int]] = {}  # pool -> its u (indices into u_cols)
+    for i, (p, _, _) in enumerate(st.u_cols):
+        u_on.setdefault(p, []).append(i)
+    comp_y: dict[tuple[int, tuple[int, ...]], list[int]] = {}
     for p, pool in enumerate(cl.pools):
         G = pool.gpus_per_node
-        v_here = n + np.flatnonzero(v_pool == p)
+        ys, zs = y_on.get(p, []), z_on.get(p, [])
         if pool.homogeneous:
+            size = np.array([opts.slots[st.y_cols[i]].gpus for i in ys], dtype=float)
             k2 = [k for k in pool.nodes if k in st.multi_stayer]
             k1 = [st.single_stayer[k] for k in pool.nodes if k in st.single_stayer]
-            singles = np.flatnonzero((opts.kind == SINGLE) & (opts.pool == p))
             for d in pool.levels:
-                big = singles[opts.num_gpus[singles] >= d]
-                cols = np.concatenate([big, v_here, [c for c, _ in k1], [w_index[k, d] for k in k2]])
-                vals = np.concatenate([opts.num_gpus[big] / d, np.full(len(v_here), G / d),
-                                       [math.ceil(h / d) for _, h in k1], -np.ones(len(k2))])
+                big = size >= d
+                cols = np.concatenate([at.y + np.asarray(ys, dtype=int)[big], zs, [c for c, _ in k1],
+                                       [w_index[k, d] for k in k2]])
+                vals = np.concatenate([size[big] / d, np.full(len(zs), G / d), [math.ceil(h / d) for _, h in k1],
+                                       -np.ones(len(k2))])
                 out["level"].add((p, d), cols, vals, -inf, (len(pool.nodes) - len(k2)) * G / d)
             for k in k2:
                 for d in pool.levels:
@@ -213,40 +344,60 @@ def _constraints(opts: JointOptions, st: Structure) -> dict[str, Rows]:
                     out["slots"].add((k, d), [w_index[k, d]] + [c for c, _ in holders],
                                      [float(d)] + [float(h) for _, h in holders], -inf, float(G))
             continue
-        comps = np.flatnonzero((opts.kind == COMP) & (opts.pool == p))
-        counts = np.array(opts.compositions[p]).reshape(-1, len(pool.slices))[opts.comp_id[comps]]
-        for s, members in enumerate(pool.slices):
-            used = counts[:, s] > 0
-            stayers = st.slice_stayers.get((p, s), [])
-            cols = np.concatenate([comps[used], [c for c, _ in stayers], v_here])
-            vals = np.concatenate([counts[used, s], [h for _, h in stayers], np.full(len(v_here), len(members))])
-            out["slice"].add((p, s), cols, vals, -inf, float(len(members)))
+        u_here = [at.u + i for i in u_on.get(p, [])]
+        if u_here or zs:
+            out["node"].add((p,), u_here + zs, np.ones(len(u_here) + len(zs)), -inf, 1.0)
+        for c in st.het_stayers.get(p, {}):
+            holding = [at.u + i for i in u_on.get(p, []) if c in st.u_cols[i][1]]
+            out["stay"].add((p, c), [c] + holding, [1.0] + [-1.0] * len(holding), -inf, 0.0)
+        for i in ys:
+            comp_y.setdefault((p, opts.slots[st.y_cols[i]].comp), []).append(at.y + i)
+    for pm in st.comp_rows:
+        p = pm[0]
+        parts = [(at.u + i, st.u_cols[i][2].count(pm[1])) for i in u_on.get(p, [])]
+        parts = [(col, k) for col, k in parts if k]
+        out["comp"].add(pm, comp_y[pm] + [col for col, _ in parts],
+                        [1.0] * len(comp_y[pm]) + [-float(k) for _, k in parts], -inf, 0.0)
+    z_def = np.array([e for e, _ in st.z_cols], dtype=int)
+    q_def = np.array([e for e, _ in st.q_cols], dtype=int)
+    q_n = np.array([n for _, n in st.q_cols], dtype=float)
+    defs = np.unique(z_def)
+    out["whole"].extend([(int(e),) for e in defs], np.searchsorted(defs, np.concatenate([z_def, q_def])),
+                        np.concatenate([at.z + np.arange(len(z_def)), at.q + np.arange(len(q_def))]),
+                        np.concatenate([np.ones(len(z_def)), -q_n]), 0.0, 0.0)
     multi = np.flatnonzero(opts.kind == MULTI)
-    jobs_v = np.unique(v_job)
-    pool_row = np.searchsorted(jobs_v, v_job)  # (pool) row of each v
-    out["pool"].extend([(int(j),) for j in jobs_v], np.concatenate([pool_row, np.searchsorted(jobs_v, opts.job[multi])]),
-                       np.concatenate([n + np.arange(num_v), multi]),
-                       np.concatenate([np.ones(num_v), -opts.num_nodes[multi]]), 0.0, 0.0)
-    v_of = np.full((opts.num_jobs, len(cl.pools)), -1)  # (elig) row = v column index
-    v_of[v_job, v_pool] = np.arange(num_v)
-    member = np.array([[p in opts.multi[d].pools for p in range(len(cl.pools))] for d in range(len(opts.multi))],
-                      dtype=bool).reshape(len(opts.multi), len(cl.pools))
-    c_idx, p_idx = np.nonzero(member[opts.pool[multi]])
-    size = np.array([len(pool.nodes) for pool in cl.pools], dtype=float)
-    out["elig"].extend([(int(j), int(p)) for j, p in st.v_cols],
-                       np.concatenate([np.arange(num_v), v_of[opts.job[multi[c_idx]], p_idx]]),
-                       np.concatenate([n + np.arange(num_v), multi[c_idx]]),
-                       np.concatenate([np.ones(num_v), -size[p_idx]]), -inf, 0.0)
+    row_of = {gn: r for r, gn in enumerate(st.rack_rows)}
+    q_group = [opts.multi[e].group for e, _ in st.q_cols]
+    out["rack"].extend(list(st.rack_rows),
+                       np.array([row_of[g, n] for g, n in zip(q_group, q_n.astype(int).tolist())]
+                                + [row_of[g, n] for g, n in zip(opts.ref[multi].tolist(),
+                                                                opts.num_nodes[multi].tolist())], dtype=int),
+                       np.concatenate([at.q + np.arange(len(q_def)), multi]),
+                       np.concatenate([np.ones(len(q_def)), -np.ones(len(multi))]), 0.0, 0.0)
     return out
 
 
 def _columns(opts: JointOptions, st: Structure) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Objective coefficients, upper bounds and integrality of x, v, w, then t (max-min)."""
+    """Objective coefficients, upper bounds and integrality of x, y, z, q, w, u, then t (max-min).
+
+    A slot holds at most what its pool can: G_g / d per node of a homogeneous group, and on a
+    heterogeneous node as many of its composition as every slice holds.
+    """
     cl, n = opts.cluster, opts.num_options
     max_min = opts.round_input.settings.max_min
-    c = np.concatenate([opts.utility - opts.U0[opts.job], np.zeros(len(st.v_cols) + len(st.w_cols))])
-    hi = np.concatenate([np.ones(n), [float(len(cl.pools[p].nodes)) for _, p in st.v_cols],
-                         [cl.pools[cl.pool_of[k]].gpus_per_node // d for k, d in st.w_cols]])
+    c = np.concatenate([opts.utility - opts.U0[opts.job], np.zeros(st.num_cols)])
+    y_hi = []
+    for i in st.y_cols:
+        slot = opts.slots[i]
+        pool = cl.pools[slot.pool]
+        y_hi.append(len(pool.nodes) * (pool.gpus_per_node // slot.gpus) if pool.homogeneous else
+                    min(len(members) // m for members, m in zip(pool.slices, slot.comp) if m))
+    nodes = {e: sum(len(cl.pools[p].nodes) for p in opts.multi[e].pools) for e, _ in st.q_cols}
+    hi = np.concatenate([np.ones(n), np.asarray(y_hi, dtype=float),
+                         [float(len(cl.pools[p].nodes)) for _, p in st.z_cols],
+                         [float(nodes[e] // m) for e, m in st.q_cols],
+                         [cl.pools[cl.pool_of[k]].gpus_per_node // d for k, d in st.w_cols],
+                         np.ones(len(st.u_cols))])
     integer = np.ones(len(c), dtype=bool)
     if max_min:
         c = np.append(c, max_min_weight(opts))
@@ -258,18 +409,24 @@ def _columns(opts: JointOptions, st: Structure) -> tuple[np.ndarray, np.ndarray,
 def start_point(opts: JointOptions, st: Structure) -> np.ndarray:
     """The warm start: every running job stays.
 
-    x_c = 1 for the stay options; v = 0; each w_kd the free d-slots its node's stayers leave,
-    floor((G_g - sum h_kc) / d); t (max-min) the smallest penalized speedup of that point.
+    x_c = 1 for the stay options; y, z, q = 0; each w_kd the free d-slots its node's stayers
+    leave, floor((G_g - sum h_kc) / d); on a heterogeneous node with stayers, u = 1 for a
+    pattern of all of them; t (max-min) the smallest penalized speedup of that point.
     """
-    n = opts.num_options
-    v = np.zeros(n + len(st.v_cols) + len(st.w_cols) + opts.round_input.settings.max_min)
+    at = _offsets(opts, st)
+    v = np.zeros(at.end + opts.round_input.settings.max_min)
     for j in opts.stay_gpus:
         v[opts.stay_option(j)] = 1.0
     for i, (k, d) in enumerate(st.w_cols):
         G = opts.cluster.pools[opts.cluster.pool_of[k]].gpus_per_node
-        v[n + len(st.v_cols) + i] = (G - sum(h for _, h in st.multi_stayer[k])) // d
+        v[at.w + i] = (G - sum(h for _, h in st.multi_stayer[k])) // d
+    seen = set()
+    for i, (p, stay, _) in enumerate(st.u_cols):
+        if p not in seen and stay and set(stay) == set(st.het_stayers[p]):
+            v[at.u + i] = 1.0
+            seen.add(p)
     if opts.round_input.settings.max_min:
-        v[-1] = min_job_speedup(opts, v[:n])
+        v[-1] = min_job_speedup(opts, v[: opts.num_options])
     return v
 
 
@@ -286,27 +443,27 @@ def _minspd(opts: JointOptions, t: int) -> Rows:
 def build_arrays(opts: JointOptions, st: Structure) -> MilpArrays:
     """The model as arrays for highspy and CP-SAT.
 
-    Columns: x, then v (Structure.v_cols), then w (Structure.w_cols), then t (max-min). The
-    objective's constant is sum_j U0_j; rows are (one), (level), (slots), (slice), (pool),
-    (elig), then (minspd) under max-min. The warm start is `start_point`'s, and each column's
-    job (x and v; -1 for w and t) is given as `choice`.
+    Columns: x, then y (Structure.y_cols), z, q, w, u, then t (max-min). The objective's constant
+    is sum_j U0_j; rows are (one), (demand), (level), (slots), (node), (stay), (comp), (whole),
+    (rack), then (minspd) under max-min. The warm start is `start_point`'s. `choice` gives LP first's
+    neighbourhood units: an option's job; a pool's slots, patterns and whole nodes; a
+    definition's q; w and t none (free in every neighbourhood).
     """
     c, col_hi, integer = _columns(opts, st)
     blocks = _constraints(opts, st)
     if opts.round_input.settings.max_min:
         blocks["minspd"] = _minspd(opts, len(c) - 1)
     A, lo, hi = stack_rows(list(blocks.values()), len(c))
+    at, jobs, pools = _offsets(opts, st), opts.num_jobs, len(opts.cluster.pools)
+    choice = np.full(len(c), -1)  # LP first's neighbourhood units: jobs, then pools, then definitions
+    choice[: opts.num_options] = opts.job
+    choice[at.y: at.z] = [jobs + opts.slots[s].pool for s in st.y_cols]
+    choice[at.z: at.q] = [jobs + p for _, p in st.z_cols]
+    choice[at.q: at.w] = [jobs + pools + e for e, _ in st.q_cols]
+    choice[at.u: at.end] = [jobs + p for p, _, _ in st.u_cols]
     return MilpArrays(c=c, offset=float(opts.U0.sum()), A=A, row_lo=lo, row_hi=hi,
                       col_lo=np.zeros(len(c)), col_hi=col_hi, integer=integer, start=start_point(opts, st),
-                      choice=_column_jobs(opts, st, len(c)))
-
-
-def _column_jobs(opts: JointOptions, st: Structure, num_cols: int) -> np.ndarray:
-    """The job of every column: x and v belong to their job; w and t to none (-1)."""
-    jobs = np.full(num_cols, -1)
-    jobs[: opts.num_options] = opts.job
-    jobs[opts.num_options: opts.num_options + len(st.v_cols)] = [j for j, _ in st.v_cols]
-    return jobs
+                      choice=choice)
 
 
 @dataclass(frozen=True)
@@ -314,23 +471,25 @@ class _Names:
     """The module docstring's sets over names, found from the options alone.
 
     Not from Structure or the arrays' rows: options are (job id, option) labels, pools "p0",
-    "p1", ... (as in the labels), nodes their ids.
+    "p1", ..., slots (pool, class, composition), definitions "e0", "e1", ..., nodes their ids.
     """
 
     options: list[tuple[str, str]]  # C, in the arrays' column order
     options_of: dict[str, list[tuple[str, str]]]  # C_j, every job (empty: no option)
-    pools: dict[str, Pool]  # W = H u X
-    members: dict[str, list[str]]  # K_w
-    singles: dict[str, list[tuple[str, str]]]  # g in H -> its single options
-    comps: dict[str, list[tuple[tuple[str, str], tuple[int, ...]]]]  # k in X -> (c, m_c) of its compositions
-    multis: dict[str, list[tuple[str, str]]]  # j -> its multi options
-    eligible: dict[tuple[str, str], list[tuple[str, str]]]  # (j, w) in V -> multi options c of j with w in E_c
+    singles: dict[int, list[tuple[str, str]]]  # demand -> its single options
+    slots: dict[int, list[tuple[str, str, str]]]  # demand -> its slots, by name
+    slot_comp: dict[tuple[str, str, str], tuple[int, ...]]  # slot -> m, in the arrays' column order
+    on_pool: dict[str, list[tuple[str, str, str]]]  # pool -> its slots
+    multis: dict[tuple[int, int], list[tuple[str, str]]]  # (group, n) -> its multi options
+    defs: dict[str, tuple[str, ...]]  # e -> E_e, the definitions of the groups named
+    counts: dict[str, tuple[int, ...]]  # e -> the n of N_e some option of its group takes
+    group_defs: dict[tuple[int, int], list[str]]  # (group, n) -> the definitions with n in N_e
+    takers: dict[str, list[str]]  # pool -> the definitions it is in
     held: dict[str, dict[tuple[str, str], int]]  # homogeneous node k -> S_k as {stay option: h_kc}
-    held_slice: dict[tuple[str, int], dict[tuple[str, str], int]]  # (k in X, s) -> {stay option: h_kcs > 0}
-    pool_of: dict[str, str]  # node -> its pool
-    V: list[tuple[str, str]]  # (j, w) with w in E_c of a multi option c of j, in the arrays' column order
-    takers: dict[str, list[str]]  # w -> every j with (j, w) in V
-    took: dict[str, list[str]]  # j -> every w with (j, w) in V
+    held_het: dict[str, dict[tuple[str, str], tuple[int, ...]]]  # pool of X -> {stay option: h_kc. per slice}
+    patterns: list[tuple[str, str, str]]  # Pi_k: (pool, S as "+"-joined job ids, P as "|"-joined parts)
+    stays_in: dict[tuple[str, str, str], list[tuple[str, str]]]  # u -> S as stay option labels
+    parts: dict[tuple[str, str, str], tuple[tuple[int, ...], ...]]  # u -> P
     K2L: list[tuple[str, int]]  # (k, d): k in K2_g, d in L_g, in the arrays' column order
 
 
@@ -338,26 +497,40 @@ def _names(opts: JointOptions) -> _Names:
     """The docstring's sets over names (`_Names`), from the options and the cluster's pools."""
     cl, jobs, nodes = opts.cluster, opts.round_input.jobs, opts.round_input.cluster.nodes
     labels = [option_label(opts, c) for c in range(opts.num_options)]
-    pools = {f"p{p}": pool for p, pool in enumerate(cl.pools)}
     node_id = [node.id for node in nodes]
     options_of: dict[str, list[tuple[str, str]]] = {job.id: [] for job in jobs}
     for label in labels:
         options_of[label[0]].append(label)
-    singles: dict[str, list[tuple[str, str]]] = {g: [] for g, pool in pools.items() if pool.homogeneous}
+    singles: dict[int, list[tuple[str, str]]] = {}
     for c in np.flatnonzero(opts.kind == SINGLE).tolist():
-        singles[f"p{opts.pool[c]}"].append(labels[c])
-    comps: dict[str, list[tuple[tuple[str, str], tuple[int, ...]]]] = {
-        node_id[pool.nodes[0]]: [] for pool in pools.values() if not pool.homogeneous}
-    for c in np.flatnonzero(opts.kind == COMP).tolist():
-        comps[node_id[cl.pools[opts.pool[c]].nodes[0]]].append((labels[c], opts.comp(c)))
-    multis: dict[str, list[tuple[str, str]]] = {job.id: [] for job in jobs}
-    eligible: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        singles.setdefault(int(opts.ref[c]), []).append(labels[c])
+    slots: dict[int, list[tuple[str, str, str]]] = {}
+    slot_comp: dict[tuple[str, str, str], tuple[int, ...]] = {}  # in the arrays' column order
+    on_pool: dict[str, list[tuple[str, str, str]]] = {}
+    for slot in opts.slots:
+        if slot.demand in singles:
+            name = (f"p{slot.pool}", cl.classes[slot.cls], "x".join(map(str, slot.comp)))
+            slots.setdefault(slot.demand, []).append(name)
+            slot_comp[name] = slot.comp
+            on_pool.setdefault(f"p{slot.pool}", []).append(name)
+    multis: dict[tuple[int, int], list[tuple[str, str]]] = {}
     for c in np.flatnonzero(opts.kind == MULTI).tolist():
-        multis[labels[c][0]].append(labels[c])
-        for p in opts.multi[opts.pool[c]].pools:  # E_c
-            eligible.setdefault((labels[c][0], f"p{p}"), []).append(labels[c])
+        multis.setdefault((int(opts.ref[c]), int(opts.num_nodes[c])), []).append(labels[c])
+    defs: dict[str, tuple[str, ...]] = {}
+    counts: dict[str, tuple[int, ...]] = {}
+    takers: dict[str, list[str]] = {}
+    group_defs: dict[tuple[int, int], list[str]] = {}
+    for g in sorted({g for g, _ in multis}):
+        for e in opts.groups[g].defs:
+            e_name = f"e{e}"
+            defs[e_name] = tuple(f"p{p}" for p in opts.multi[e].pools)
+            counts[e_name] = tuple(n for n in opts.multi[e].counts if (g, n) in multis)
+            for n in counts[e_name]:
+                group_defs.setdefault((g, n), []).append(e_name)
+            for p in defs[e_name]:
+                takers.setdefault(p, []).append(e_name)
     held: dict[str, dict[tuple[str, str], int]] = {}
-    held_slice: dict[tuple[str, int], dict[tuple[str, str], int]] = {}
+    held_het: dict[str, dict[tuple[str, str], tuple[int, ...]]] = {}
     for j, on in opts.stay_gpus.items():
         stay = labels[opts.stay_option(j)]
         for k, gpus in on.items():
@@ -365,98 +538,138 @@ def _names(opts: JointOptions) -> _Names:
             if pool.homogeneous:
                 held.setdefault(node_id[k], {})[stay] = len(gpus)
                 continue
-            for s, members in enumerate(pool.slices):
-                if set(gpus) & set(members):
-                    held_slice.setdefault((node_id[k], s), {})[stay] = len(set(gpus) & set(members))
-    pool_index = {g: p for p, g in enumerate(pools)}
-    job_index = {job.id: j for j, job in enumerate(jobs)}
-    V = sorted(eligible, key=lambda jw: (job_index[jw[0]], pool_index[jw[1]]))
-    takers: dict[str, list[str]] = {w: [] for w in pools}
-    took: dict[str, list[str]] = {job.id: [] for job in jobs}
-    for job_id, w in V:
-        takers[w].append(job_id)
-        took[job_id].append(w)
+            held_het.setdefault(f"p{cl.pool_of[k]}", {})[stay] = tuple(len(set(gpus) & set(members))
+                                                                     for members in pool.slices)
+    used: dict[str, set[tuple[int, ...]]] = {}
+    for name, comp in slot_comp.items():
+        if not cl.pools[int(name[0][1:])].homogeneous:
+            used.setdefault(name[0], set()).add(comp)
+    by_label = {label: c for c, label in enumerate(labels)}
+    patterns: list[tuple[str, str, str]] = []
+    stays_in: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
+    parts: dict[tuple[str, str, str], tuple[tuple[int, ...], ...]] = {}
+    for index, het in enumerate(cl.pools):
+        if het.homogeneous:
+            continue
+        holds = {by_label[c]: h for c, h in held_het.get(f"p{index}", {}).items()}
+        for kept, pattern in _patterns(het, holds, used.get(f"p{index}", set())):
+            u = (f"p{index}", "+".join(labels[c][0] for c in kept), "|".join("x".join(map(str, m)) for m in pattern))
+            patterns.append(u)
+            stays_in[u] = [labels[c] for c in kept]
+            parts[u] = pattern
     K2L = [(node_id[k], d) for k, node in enumerate(nodes) if len(held.get(node.id, {})) > 1
            for d in cl.pools[cl.pool_of[k]].levels]
-    return _Names(labels, options_of, pools, {g: [node_id[k] for k in pool.nodes] for g, pool in pools.items()},
-                  singles, comps, multis, eligible, held, held_slice, {node_id[k]: f"p{p}" for k, p in cl.pool_of.items()},
-                  V, takers, took, K2L)
+    return _Names(labels, options_of, singles, slots, slot_comp, on_pool, multis, defs, counts, group_defs, takers,
+                  held, held_het, patterns, stays_in, parts, K2L)
 
 
 def build_pyomo(opts: JointOptions) -> pyo.ConcreteModel:
     """The same model in Pyomo, written constraint by constraint from the module docstring.
 
     It is written over the sets of `_names` (not from the arrays' rows, so that the two builds
-    check each other) and indexed by names: x[job id, option] (option_label), v[job id, pool],
-    w[node id, d]; (one), (pool) and (minspd) by job id, (elig) as v, (level) by (pool, d),
-    (slots) as w, (slice) by (node id, slice). The parameters a customization reads are
-    goodput's, over the same (job id, option) pairs C: gpus[c] (a_c), nodes[c] (n_c),
-    speedup[c] (s'_c), utility[c] (u_c); and U0[j] over J. `model.columns` lists x, v, w and t
-    in the arrays' column order.
+    check each other) and indexed by names: x[job id, option] (option_label), y[pool, class,
+    composition], z[e, pool], q[e, n], w[node id, d], u[pool, S, P]; (one) and (minspd) by job id, (demand) by
+    demand, (level) by (pool, d), (slots) as w, (node) by pool, (stay) by (pool, stay option),
+    (comp) by (pool, composition), (whole) by definition,
+    (rack) by (group, n). The parameters a customization reads are goodput's, over the same
+    (job id, option) pairs C: gpus[c] (a_c), nodes[c] (n_c), speedup[c] (s'_c), utility[c]
+    (u_c); and U0[j] over J. `model.columns` lists x, y, z, q, w, u and t in the arrays' column order.
     """
     import pyomo.environ as pyo  # here, not at the top: rounds solved from arrays never load Pyomo
 
-    nm = _names(opts)
+    cl, nm = opts.cluster, _names(opts)
     labels = nm.options
+    pools = {f"p{p}": pool for p, pool in enumerate(cl.pools)}
+    node_pool = {opts.round_input.cluster.nodes[k].id: f"p{p}" for k, p in cl.pool_of.items()}
     m = pyo.ConcreteModel(name="joint")
     m.J = pyo.Set(initialize=list(nm.options_of), ordered=True)
     m.C = pyo.Set(dimen=2, initialize=labels, ordered=True)
-    m.V = pyo.Set(dimen=2, initialize=nm.V, ordered=True)
-    m.HL = pyo.Set(dimen=2, initialize=[(g, d) for g, pool in nm.pools.items() if pool.homogeneous for d in pool.levels],
+    m.D = pyo.Set(initialize=sorted(nm.singles), ordered=True)
+    m.Y = pyo.Set(dimen=3, initialize=list(nm.slot_comp), ordered=True)
+    m.Z = pyo.Set(dimen=2, initialize=[(e, p) for e, members in nm.defs.items() for p in members], ordered=True)
+    m.Q = pyo.Set(dimen=2, initialize=[(e, n) for e, ns in nm.counts.items() for n in ns], ordered=True)
+    m.E = pyo.Set(initialize=list(nm.defs), ordered=True)
+    m.R = pyo.Set(dimen=2, initialize=sorted(nm.multis), ordered=True)
+    m.HL = pyo.Set(dimen=2, initialize=[(g, d) for g, pool in pools.items() if pool.homogeneous for d in pool.levels],
                    ordered=True)
     m.K2L = pyo.Set(dimen=2, initialize=nm.K2L, ordered=True)
-    m.XS = pyo.Set(dimen=2, initialize=[(pool_nodes[0], s) for g, pool_nodes in nm.members.items()
-                                        if not nm.pools[g].homogeneous for s in range(len(nm.pools[g].slices))],
-                   ordered=True)
+    m.X = pyo.Set(initialize=[g for g, pool in pools.items() if not pool.homogeneous], ordered=True)
+    m.U = pyo.Set(dimen=3, initialize=nm.patterns, ordered=True)
+    m.XC = pyo.Set(dimen=3, initialize=[(g,) + c for g, held in nm.held_het.items() for c in held], ordered=True)
+    m.XM = pyo.Set(dimen=2, initialize=sorted({(name[0], name[2]) for name in nm.slot_comp
+                                               if not pools[name[0]].homogeneous}), ordered=True)
     m.gpus = pyo.Param(m.C, initialize=dict(zip(labels, opts.num_gpus.tolist())))
     m.nodes = pyo.Param(m.C, initialize=dict(zip(labels, opts.num_nodes.tolist())))
     m.speedup = pyo.Param(m.C, initialize=dict(zip(labels, opts.penalized_speedup.tolist())))
     m.utility = pyo.Param(m.C, initialize=dict(zip(labels, opts.utility.tolist())))
     m.U0 = pyo.Param(m.J, initialize=dict(zip(nm.options_of, opts.U0.tolist())))
+    size = {g: len(members) for g, members in _members(opts).items()}
+    nodes_of = {e: sum(size[p] for p in members) for e, members in nm.defs.items()}
+
+    def y_most(m, g, cls, comp):
+        pool, m_s = pools[g], nm.slot_comp[g, cls, comp]
+        if pool.homogeneous:
+            return 0, size[g] * (pool.gpus_per_node // m_s[0])
+        return 0, min(len(members) // k for members, k in zip(pool.slices, m_s) if k)
+
     m.x = pyo.Var(m.C, domain=pyo.Binary)
-    m.v = pyo.Var(m.V, domain=pyo.NonNegativeIntegers)
+    m.y = pyo.Var(m.Y, domain=pyo.NonNegativeIntegers, bounds=y_most)
+    m.z = pyo.Var(m.Z, domain=pyo.NonNegativeIntegers, bounds=lambda m, e, g: (0, size[g]))
+    m.q = pyo.Var(m.Q, domain=pyo.NonNegativeIntegers, bounds=lambda m, e, n: (0, nodes_of[e] // n))
     m.w = pyo.Var(m.K2L, domain=pyo.NonNegativeIntegers)
+    m.u = pyo.Var(m.U, domain=pyo.Binary)
     skip = pyo.Constraint.Skip  # a row with no variable bounds nothing (and Pyomo refuses it)
 
     def one(m, j):
         return sum(m.x[c] for c in nm.options_of[j]) <= 1 if nm.options_of[j] else skip
 
+    def demand(m, d):
+        return sum(m.x[c] for c in nm.singles[d]) <= sum(m.y[s] for s in nm.slots.get(d, []))
+
     def level(m, g, d):
-        K1 = [k for k in nm.members[g] if len(nm.held.get(k, {})) == 1]
-        K2 = [k for k in nm.members[g] if len(nm.held.get(k, {})) > 1]
-        G = nm.pools[g].gpus_per_node
-        terms = ([m.gpus[c] / d * m.x[c] for c in nm.singles[g] if m.gpus[c] >= d]
-                 + [G / d * m.v[j, g] for j in nm.takers[g]]
+        K = [k for k, p in node_pool.items() if p == g]
+        K1 = [k for k in K if len(nm.held.get(k, {})) == 1]
+        K2 = [k for k in K if len(nm.held.get(k, {})) > 1]
+        G = pools[g].gpus_per_node
+        terms = ([sum(nm.slot_comp[s]) / d * m.y[s] for s in nm.on_pool.get(g, []) if sum(nm.slot_comp[s]) >= d]
+                 + [G / d * m.z[e, g] for e in nm.takers.get(g, [])]
                  + [math.ceil(h / d) * m.x[c] for k in K1 for c, h in nm.held[k].items()]
                  + [-m.w[k, d] for k in K2])
-        return sum(terms) <= (len(nm.members[g]) - len(K2)) * G / d if terms else skip
+        return sum(terms) <= (len(K) - len(K2)) * G / d if terms else skip
 
     def slots(m, k, d):
-        return d * m.w[k, d] + sum(h * m.x[c] for c, h in nm.held[k].items()) <= nm.pools[nm.pool_of[k]].gpus_per_node
+        return d * m.w[k, d] + sum(h * m.x[c] for c, h in nm.held[k].items()) <= pools[node_pool[k]].gpus_per_node
 
-    def on_slice(m, k, s):
-        n_ks = len(nm.pools[nm.pool_of[k]].slices[s])
-        terms = ([mc[s] * m.x[c] for c, mc in nm.comps[k] if mc[s]]
-                 + [h * m.x[c] for c, h in nm.held_slice.get((k, s), {}).items()]
-                 + [n_ks * m.v[j, nm.pool_of[k]] for j in nm.takers[nm.pool_of[k]]])
-        return sum(terms) <= n_ks if terms else skip
+    def node(m, g):
+        terms = [m.u[u] for u in nm.patterns if u[0] == g] + [m.z[e, g] for e in nm.takers.get(g, [])]
+        return sum(terms) <= 1 if terms else skip
 
-    def whole_nodes(m, j):
-        if not nm.multis[j]:
-            return skip
-        return sum(m.v[j, w] for w in nm.took[j]) == sum(m.nodes[c] * m.x[c] for c in nm.multis[j])
+    def stay(m, g, job, option):
+        return m.x[job, option] <= sum(m.u[u] for u in nm.patterns if u[0] == g and (job, option) in nm.stays_in[u])
 
-    def elig(m, j, w):
-        return m.v[j, w] <= len(nm.members[w]) * sum(m.x[c] for c in nm.eligible[j, w])
+    def comp(m, g, parts):
+        mc = tuple(int(k) for k in parts.split("x"))
+        return (sum(m.y[s] for s in nm.on_pool.get(g, []) if nm.slot_comp[s] == mc)
+                <= sum(nm.parts[u].count(mc) * m.u[u] for u in nm.patterns if u[0] == g))
+
+    def whole(m, e):
+        return sum(m.z[e, p] for p in nm.defs[e]) == sum(n * m.q[e, n] for n in nm.counts[e])
+
+    def rack(m, g, n):
+        return sum(m.q[e, n] for e in nm.group_defs[g, n]) == sum(m.x[c] for c in nm.multis[g, n])
 
     m.one = pyo.Constraint(m.J, rule=one)
+    m.demand = pyo.Constraint(m.D, rule=demand)
     m.level = pyo.Constraint(m.HL, rule=level)
     m.slots = pyo.Constraint(m.K2L, rule=slots)
-    m.slice = pyo.Constraint(m.XS, rule=on_slice)
-    m.pool = pyo.Constraint(m.J, rule=whole_nodes)
-    m.elig = pyo.Constraint(m.V, rule=elig)
+    m.node = pyo.Constraint(m.X, rule=node)
+    m.stay = pyo.Constraint(m.XC, rule=stay)
+    m.comp = pyo.Constraint(m.XM, rule=comp)
+    m.whole = pyo.Constraint(m.E, rule=whole)
+    m.rack = pyo.Constraint(m.R, rule=rack)
     p_mean = sum(m.U0[j] for j in m.J) + sum((m.utility[c] - m.U0[c[0]]) * m.x[c] for c in m.C)
-    m.columns = [m.x[c] for c in m.C] + [m.v[jw] for jw in m.V] + [m.w[kd] for kd in m.K2L]
+    m.columns = ([m.x[c] for c in m.C] + [m.y[s] for s in m.Y] + [m.z[ep] for ep in m.Z] + [m.q[en] for en in m.Q]
+                 + [m.w[kd] for kd in m.K2L] + [m.u[u] for u in m.U])
     if opts.round_input.settings.max_min:
         m.t = pyo.Var(domain=pyo.NonNegativeReals, bounds=(0, max_min_upper(opts)))
         m.minspd = pyo.Constraint(m.J, rule=lambda m, j: m.t <= sum(m.speedup[c] * m.x[c] for c in nm.options_of[j]))
@@ -467,40 +680,47 @@ def build_pyomo(opts: JointOptions) -> pyo.ConcreteModel:
     return m
 
 
+def _members(opts: JointOptions) -> dict[str, list[str]]:
+    """K_w by name: each pool's node ids."""
+    nodes = opts.round_input.cluster.nodes
+    return {f"p{p}": [nodes[k].id for k in pool.nodes] for p, pool in enumerate(opts.cluster.pools)}
+
+
 def option_label(opts: JointOptions, c: int) -> tuple[str, str]:
     """The name of option c in the Pyomo model: (job id, option).
 
-    The option is "stay", or its kind and shape: "single:p3:2" is 2 GPUs on one node of pool 3,
-    "multi1:n2" 2 whole nodes of multi-node definition 1, "comp:p0:1x2" a composition of 1 and
-    2 GPUs of the slices of heterogeneous pool 0.
+    The option is "stay", or its kind and shape: "single:V100:2@1.3" is 2 GPUs of type V100 on
+    one node at worst tier 1.3 (its demand, the job's class being known), "multi1:n2" 2 whole
+    nodes of one definition of multi-node group 1.
     """
     job = opts.round_input.jobs[opts.job[c]].id
     kind = int(opts.kind[c])
     if kind == STAY:
         return job, "stay"
     if kind == MULTI:
-        return job, f"multi{int(opts.pool[c])}:n{int(opts.num_nodes[c])}"
-    name = "single" if kind == SINGLE else "comp"
-    shape = "x".join(map(str, opts.comp(c))) if kind == COMP else str(int(opts.num_gpus[c]))
-    return job, f"{name}:p{int(opts.pool[c])}:{shape}"
+        return job, f"multi{int(opts.ref[c])}:n{int(opts.num_nodes[c])}"
+    demand = opts.demands[opts.ref[c]]
+    return job, f"single:{demand.gpu_type}:{demand.gpus}@{demand.tau:.12g}"
 
 
 def decode(opts: JointOptions, st: Structure, values: np.ndarray) -> tuple[JobAllocation, ...]:
     """Concrete GPUs and batches of every job from a point of the model (array layout).
 
     The chosen options (x_c > 0.5) are placed as the module docstring argues they always fit:
-    stayers on their GPUs, then multi options on the v whole nodes of each pool, then
-    single-node items largest first on the tightest node of their pool (packing.NodeState),
-    then compositions on their slices.
+    stayers on their GPUs; then each definition's z whole nodes, handed to the jobs its q
+    counts send it; then the slots y, matched to the single options of their demand, largest
+    first on the tightest node of their homogeneous pool (packing.NodeState) and composition by
+    composition on heterogeneous nodes.
 
     Raises
     ------
     DecodeError
         When a chosen option does not fit (a point that breaks a row).
     """
-    jobs, cl, nodes = opts.round_input.jobs, opts.cluster, opts.round_input.cluster.nodes
-    n = opts.num_options
-    chosen = np.asarray(values[:n]) > 0.5
+    jobs = opts.round_input.jobs
+    at = _offsets(opts, st)
+    counts = np.rint(np.asarray(values[: at.end], dtype=float)).astype(int)
+    chosen = np.asarray(values[: opts.num_options]) > 0.5
     state = NodeState(opts.round_input.cluster)
     picked = np.flatnonzero(chosen)
     gpus_of: dict[int, tuple[GpuRef, ...]] = {}
@@ -509,37 +729,77 @@ def decode(opts: JointOptions, st: Structure, values: np.ndarray) -> tuple[JobAl
         if not state.take_exact(job.current_gpus):
             raise DecodeError(f"job {job.id!r} cannot stay: its GPUs are taken")
         gpus_of[c] = job.current_gpus
-    whole = {jw: int(round(values[n + i])) for i, jw in enumerate(st.v_cols)}
-    for c in picked[opts.kind[picked] == MULTI]:
-        j, refs = int(opts.job[c]), list[GpuRef]()
-        for p in opts.multi[opts.pool[c]].pools:
-            count = whole.get((j, p), 0)
-            pool = cl.pools[p]
-            taken = state.take_shape(pool.nodes, count, pool.gpus_per_node) if count else ()
-            if taken is None:
-                raise DecodeError(f"no {count} free whole nodes in pool {p} for job {jobs[j].id!r}")
-            refs += taken
-        if len(refs) != opts.num_gpus[c]:
-            raise DecodeError(f"job {jobs[j].id!r} got {len(refs)} GPUs of whole nodes, not {opts.num_gpus[c]}")
-        gpus_of[c] = tuple(refs)
-    singles = picked[opts.kind[picked] == SINGLE]
-    for c in sorted(singles, key=lambda c: (-opts.num_gpus[c], c)):
-        single = state.take_shape(cl.pools[opts.pool[c]].nodes, 1, int(opts.num_gpus[c]))
-        if single is None:
-            raise DecodeError(f"no room for job {jobs[opts.job[c]].id!r} ({opts.num_gpus[c]} GPUs)")
-        gpus_of[c] = single
-    for c in picked[opts.kind[picked] == COMP]:
-        pool = cl.pools[opts.pool[c]]
+    gpus_of |= _decode_multi(opts, st, counts, picked, state)
+    gpus_of |= _decode_singles(opts, st, counts, picked, state)
+    return job_allocations(opts, picked, gpus_of)
+
+
+def _decode_multi(opts: JointOptions, st: Structure, counts: np.ndarray, picked: np.ndarray,
+                  state: NodeState) -> dict[int, tuple[GpuRef, ...]]:
+    """The chosen multi options' GPUs: each definition's z whole nodes, n to each job q sends it."""
+    cl, nodes, jobs = opts.cluster, opts.round_input.cluster.nodes, opts.round_input.jobs
+    at = _offsets(opts, st)
+    whole: dict[int, list[int]] = {}  # definition -> its whole nodes (node indices)
+    for i, (e, p) in enumerate(st.z_cols):
+        count = int(counts[at.z + i])
+        if not count:
+            continue
+        pool = cl.pools[p]
+        taken = state.take_shape(pool.nodes, count, pool.gpus_per_node)
+        if taken is None:
+            raise DecodeError(f"no {count} free whole nodes in pool {p}")
+        whole.setdefault(e, []).extend(sorted({state.index[ref.node] for ref in taken}))
+    seats: dict[tuple[int, int], list[int]] = {}  # (group, n) -> a definition per job it takes
+    for i, (e, n) in enumerate(st.q_cols):
+        seats.setdefault((opts.multi[e].group, n), []).extend([e] * int(counts[at.q + i]))
+    out = {}
+    multi = picked[opts.kind[picked] == MULTI]
+    for c in multi:
+        key = (int(opts.ref[c]), int(opts.num_nodes[c]))
+        if not seats.get(key):
+            raise DecodeError(f"no definition of multi-node group {key[0]} left for job {jobs[opts.job[c]].id!r}")
+        e = seats[key].pop()
+        mine, whole[e] = whole.get(e, [])[: key[1]], whole.get(e, [])[key[1]:]
+        if len(mine) < key[1]:
+            raise DecodeError(f"definition {e} has {len(mine)} whole nodes left, job {jobs[opts.job[c]].id!r} takes {key[1]}")
+        out[c] = tuple(GpuRef(nodes[k].id, i) for k in mine for i in range(nodes[k].gpus))
+    return out
+
+
+def _decode_singles(opts: JointOptions, st: Structure, counts: np.ndarray, picked: np.ndarray,
+                    state: NodeState) -> dict[int, tuple[GpuRef, ...]]:
+    """The chosen single options' GPUs: each matched to a slot of its demand, then placed."""
+    cl, nodes, jobs = opts.cluster, opts.round_input.cluster.nodes, opts.round_input.jobs
+    at = _offsets(opts, st)
+    free_slots: dict[int, list[int]] = {}  # demand -> a slot per job it can take
+    for i, s in enumerate(st.y_cols):
+        free_slots.setdefault(opts.slots[s].demand, []).extend([s] * int(counts[at.y + i]))
+    placed: list[tuple[int, int]] = []  # (option, slot)
+    for c in picked[opts.kind[picked] == SINGLE]:
+        left = free_slots.get(int(opts.ref[c]))
+        if not left:
+            raise DecodeError(f"no slot left for job {jobs[opts.job[c]].id!r} ({opts.num_gpus[c]} GPUs)")
+        placed.append((int(c), left.pop()))
+    out = {}
+    for c, s in sorted(placed, key=lambda cs: (-opts.slots[cs[1]].gpus, cs[0])):
+        slot = opts.slots[s]
+        pool = cl.pools[slot.pool]
+        if pool.homogeneous:
+            single = state.take_shape(pool.nodes, 1, slot.gpus)
+            if single is None:
+                raise DecodeError(f"no room for job {jobs[opts.job[c]].id!r} ({slot.gpus} GPUs) in pool {slot.pool}")
+            out[c] = single
+            continue
         k = pool.nodes[0]
         indices: list[int] = []
-        for members, count in zip(pool.slices, opts.comp(c)):
+        for members, count in zip(pool.slices, slot.comp):
             free = [i for i in state.free[k] if i in members][:count]
             if len(free) < count:
                 raise DecodeError(f"no room on node {nodes[k].id!r} for job {jobs[opts.job[c]].id!r}")
             indices += free
         state.set_free(k, [i for i in state.free[k] if i not in indices])
-        gpus_of[c] = tuple(GpuRef(nodes[k].id, i) for i in indices)
-    return job_allocations(opts, picked, gpus_of)
+        out[c] = tuple(GpuRef(nodes[k].id, i) for i in indices)
+    return out
 
 
 def greedy_point(opts: JointOptions, st: Structure) -> np.ndarray:
@@ -547,13 +807,14 @@ def greedy_point(opts: JointOptions, st: Structure) -> np.ndarray:
 
     Running jobs whose GPUs are still free stay; then options are taken by the utility they add
     over U0, best first: a job not yet placed takes the option if it adds value and fits (a
-    single option on the tightest node, a multi option on empty whole nodes of its eligible
-    pools in pool order, a composition on its slices). w and t are left 0.
+    single option in the first slot of its demand with room, on the tightest node of a
+    homogeneous pool; a multi option on empty whole nodes of the first definition of its group
+    with enough). The point's y, z and q count what was taken; w and t are left 0.
     """
-    cl, n = opts.cluster, opts.num_options
-    point = np.zeros(n + len(st.v_cols) + len(st.w_cols) + opts.round_input.settings.max_min)
-    v_index = {jw: n + i for i, jw in enumerate(st.v_cols)}
-    free = {k: set(range(node.gpus)) for k, node in enumerate(opts.round_input.cluster.nodes)}
+    cl = opts.cluster
+    at = _offsets(opts, st)
+    point = np.zeros(at.end + opts.round_input.settings.max_min)
+    free = [set(range(node.gpus)) for node in opts.round_input.cluster.nodes]
     placed = set()
     for j, held in opts.stay_gpus.items():
         if all(set(g) <= free[k] for k, g in held.items()):
@@ -561,43 +822,93 @@ def greedy_point(opts: JointOptions, st: Structure) -> np.ndarray:
                 free[k] -= set(g)
             point[opts.stay_option(j)] = 1.0
             placed.add(j)
+    empty = _EmptyNodes(opts, st, free)
+    y_of = {s: at.y + i for i, s in enumerate(st.y_cols)}
+    slots_of: dict[int, list[int]] = {}
+    for s in st.y_cols:
+        slots_of.setdefault(opts.slots[s].demand, []).append(s)
+    cursor = dict.fromkeys(slots_of, 0)  # a slot with no room now has none later: free GPUs only shrink
+    z_of = {ep: at.z + i for i, ep in enumerate(st.z_cols)}
+    q_of = {en: at.q + i for i, en in enumerate(st.q_cols)}
     gain = opts.utility - opts.U0[opts.job]
     for c in np.argsort(-gain, kind="stable"):
         j = int(opts.job[c])
         if j in placed or gain[c] <= 0 or opts.kind[c] == STAY:
             continue
-        take = _fits(opts, c, free)
-        if take is None:
-            continue
-        for k, gpus in take.items():
+        if opts.kind[c] == MULTI:
+            n = int(opts.num_nodes[c])
+            e = next((e for e in opts.groups[opts.ref[c]].defs if (e, n) in q_of and empty.count[e] >= n), None)
+            if e is None:
+                continue
+            for k in empty.take(e, n):
+                free[k] = set()
+                point[z_of[e, cl.pool_of[k]]] += 1
+            point[q_of[e, n]] += 1
+        else:
+            d = int(opts.ref[c])
+            mine = slots_of.get(d, [])
+            take = None
+            while cursor.get(d, 0) < len(mine) and (take := _room(opts, mine[cursor[d]], free)) is None:
+                cursor[d] += 1
+            if take is None:
+                continue
+            k, gpus = take
             free[k] -= gpus
-            if opts.kind[c] == MULTI:
-                point[v_index[j, cl.pool_of[k]]] += 1
+            empty.used(k)
+            point[y_of[mine[cursor[d]]]] += 1
         point[c] = 1.0
         placed.add(j)
     return point
 
 
-def _fits(opts: JointOptions, c: int, free: dict[int, set[int]]) -> dict[int, set[int]] | None:
-    """GPUs option c would take from `free` (node -> GPU indices), or None if it does not fit."""
-    cl = opts.cluster
-    if opts.kind[c] == MULTI:
-        empty = [k for p in opts.multi[opts.pool[c]].pools for k in cl.pools[p].nodes
-                 if len(free[k]) == cl.pools[p].gpus_per_node]
-        need = int(opts.num_nodes[c])
-        return {k: set(free[k]) for k in empty[:need]} if len(empty) >= need else None
-    pool = cl.pools[opts.pool[c]]
-    if opts.kind[c] == SINGLE:
-        fits = sorted((len(free[k]), k) for k in pool.nodes if len(free[k]) >= opts.num_gpus[c])
-        return {fits[0][1]: set(sorted(free[fits[0][1]])[: opts.num_gpus[c]])} if fits else None
-    k = pool.nodes[0]
-    take = set()
-    for members, count in zip(pool.slices, opts.comp(c)):
+def _room(opts: JointOptions, s: int, free: list[set[int]]) -> tuple[int, set[int]] | None:
+    """(node, GPUs) slot s would take from `free`, on the tightest node of its pool that fits; None if none."""
+    slot = opts.slots[s]
+    pool = opts.cluster.pools[slot.pool]
+    if pool.homogeneous:
+        fits = [(len(free[k]), k) for k in pool.nodes if len(free[k]) >= slot.gpus]
+        if not fits:
+            return None
+        k = min(fits)[1]
+        return k, set(sorted(free[k])[: slot.gpus])
+    k, take = pool.nodes[0], set()
+    for members, count in zip(pool.slices, slot.comp):
         avail = sorted(free[k] & set(members))
         if len(avail) < count:
             return None
         take |= set(avail[:count])
-    return {k: take}
+    return k, take
+
+
+class _EmptyNodes:
+    """The greedy's whole free nodes: per definition, how many it has, kept as GPUs are taken."""
+
+    def __init__(self, opts: JointOptions, st: Structure, free: list[set[int]]) -> None:
+        cl, nodes = opts.cluster, opts.round_input.cluster.nodes
+        self.defs = sorted({e for e, _ in st.z_cols})
+        self.pools_of = {e: opts.multi[e].pools for e in self.defs}
+        self.defs_of: dict[int, list[int]] = {}
+        for e in self.defs:
+            for p in self.pools_of[e]:
+                self.defs_of.setdefault(p, []).append(e)
+        self.cl = cl
+        self.empty = {p: [k for k in cl.pools[p].nodes if len(free[k]) == nodes[k].gpus] for p in self.defs_of}
+        self.count = {e: sum(len(self.empty[p]) for p in self.pools_of[e]) for e in self.defs}
+
+    def used(self, k: int) -> None:
+        """Node k has lost GPUs: it is no longer whole."""
+        p = self.cl.pool_of[k]
+        if k in self.empty.get(p, ()):
+            self.empty[p].remove(k)
+            for e in self.defs_of[p]:
+                self.count[e] -= 1
+
+    def take(self, e: int, n: int) -> list[int]:
+        """n whole nodes of definition e, in pool order (the caller checked count[e] >= n)."""
+        out = [k for p in self.pools_of[e] for k in self.empty[p]][:n]
+        for k in out:
+            self.used(k)
+        return out
 
 
 @dataclass(frozen=True)

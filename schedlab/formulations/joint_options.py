@@ -1,20 +1,23 @@
-"""The joint round's options (C_j of joint.py's docstring): pools, tiers, compositions, values.
+"""The joint round's options (C_j of joint.py's docstring) and the supply they draw on.
 
 The cluster as the joint model sees it (`joint_cluster`): each class's GPU slowdown factors
 grouped into tiers (`tiers`), nodes into pools (a homogeneous group of alike nodes, or one
 heterogeneous node and its slices) and the bandwidth scale of a spread within a rack and across
-racks. Every job's options (`enumerate_joint_options`): single, comp, multi and stay, as
-joint.py's docstring defines them, valued at their best batch in one vectorized call with the
-jobs' fair shares (`_value`), then pruned of the dominated ones (`_undominated`). The options
-are columnar (`JointOptions`, as options.OptionSet), so formulations.freezing folds freeze
-levels into them as it does for goodput's.
+racks. What a job may take is named by kind, not by node: a single option is a demand (d GPUs of
+a GPU type at a worst tier, `Demand`), served by the slots of every pool (`Slot`: y's columns);
+a multi option is a group of multi-node definitions (`MultiGroup`, `Multi`: one per rack of a
+rack kind, or one over all racks). So a job has options per GPU type, size, tier and scope, not
+per node, and the model grows with the kinds of node (`enumerate_joint_options`). Every option
+is valued at its best batch in one vectorized call with the jobs' fair shares (`_value`), then
+pruned of the dominated ones (`_undominated`). The options are columnar (`JointOptions`, as
+options.OptionSet), so formulations.freezing folds freeze levels into them as it does for goodput's.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cache, cached_property
 
 import numpy as np
 
@@ -36,10 +39,10 @@ from schedlab.models.freezing import scaled_params
 from schedlab.state import BatchLimits, GradStats, JobSpec, RoundInput, ThroughputParams, Topology
 from schedlab.topology import cluster_graph, spread_gbps
 
-__all__ = ["COMP", "MULTI", "SINGLE", "STAY", "JointCluster", "JointOptions", "Multi", "Pool", "compositions",
-           "enumerate_joint_options", "joint_cluster", "tiers"]
+__all__ = ["MULTI", "SINGLE", "STAY", "Demand", "JointCluster", "JointOptions", "Multi", "MultiGroup", "Pool", "Slot",
+           "compositions", "enumerate_joint_options", "joint_cluster", "tiers", "vector_partitions"]
 
-SINGLE, COMP, MULTI, STAY = 0, 1, 2, 3  # the kinds of option of joint.py's C_j
+SINGLE, MULTI, STAY = 0, 2, 3  # the kinds of option of joint.py's C_j
 
 
 def tiers(values: list[float], tolerance: float) -> dict[float, float]:
@@ -181,31 +184,74 @@ def joint_cluster(ri: RoundInput) -> JointCluster:
 
 
 @dataclass(frozen=True)
+class Demand:
+    """A single-node option kind, D of joint.py: d GPUs of one GPU type on one node, their worst
+    tier tau for class `cls` (an index into JointCluster.classes)."""
+
+    cls: int
+    gpu_type: str
+    gpus: int
+    tau: float
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A column of y (joint.py): one job of class `cls` on a node of pool `pool`, taking `comp`
+    GPUs of each of its slices (a homogeneous pool has one slice: a chain size); it serves `demand`."""
+
+    pool: int
+    cls: int
+    comp: tuple[int, ...]
+    demand: int
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the slot takes."""
+        return sum(self.comp)
+
+
+@dataclass(frozen=True)
 class Multi:
-    """A multi-node option's definition: its eligible pools E_c (whole nodes of one GPU type and size)."""
+    """A multi-node definition e of joint.py: whole nodes from the pools E_e (one GPU type and
+    size, one rack or any), for the options of its `group`; q_en has a column for n in `counts`."""
 
     pools: tuple[int, ...]
+    group: int
+    counts: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class MultiGroup:
+    """What a multi option names (M of joint.py): a class, GPU type and size, tier, sync scale
+    and scope kind; its definitions are one per rack of that scope kind, or the one spanning racks."""
+
+    cls: int
+    gpu_type: str
+    gpus_per_node: int
+    tau: float
+    sync_scale: float
+    defs: tuple[int, ...]
 
 
 @dataclass(frozen=True)
 class JointOptions(OptionCounts):
-    """Every option of the round (columnar, as formulations.options.OptionSet) and its structure.
+    """Every option of the round (columnar, as formulations.options.OptionSet) and the supply they draw on.
 
     Arrays are per option c (x's columns), U0 per job.
 
     Attributes
     ----------
     job, kind
-        The option's job index and kind (SINGLE, COMP, MULTI or STAY).
-    pool
-        Its pool (single, comp), its definition in `multi` (multi), -1 (stay).
+        The option's job index and kind (SINGLE, MULTI or STAY).
+    ref
+        Its demand in `demands` (single), its group in `groups` (multi), -1 (stay).
     num_nodes, num_gpus
         n_c nodes spanned and a_c GPUs.
-    comp_id
-        Index into compositions[pool[c]] for a composition, -1 otherwise.
     gpu_type, tau, sync_scale
         What the option's value was computed from, so that freezing can revalue it: its GPU
         type, tau_c (its worst tier for the job's class) and B_ref / B_c.
+    demands, slots, multi, groups
+        D, the y columns (every slot of every pool), the multi-node definitions and M.
     goodput, local_bsz, accum_steps
         g_c at the best batch (M0-equivalent examples per second) and that batch's split.
     speedup, penalized_speedup, utility
@@ -223,15 +269,16 @@ class JointOptions(OptionCounts):
     cluster: JointCluster
     job: np.ndarray
     kind: np.ndarray
-    pool: np.ndarray
+    ref: np.ndarray
     num_nodes: np.ndarray
     num_gpus: np.ndarray
-    comp_id: np.ndarray
     gpu_type: np.ndarray
     tau: np.ndarray
     sync_scale: np.ndarray
-    compositions: dict[int, list[tuple[int, ...]]]  # heterogeneous pool -> its compositions
-    multi: tuple[Multi, ...]  # indexed by pool[c] of multi options
+    demands: tuple[Demand, ...]
+    slots: tuple[Slot, ...]
+    multi: tuple[Multi, ...]
+    groups: tuple[MultiGroup, ...]
     goodput: np.ndarray
     speedup: np.ndarray
     penalized_speedup: np.ndarray
@@ -250,10 +297,6 @@ class JointOptions(OptionCounts):
     @cached_property
     def _stay_options(self) -> dict[int, int]:
         return stay_options(self.job, self.kind == STAY)
-
-    def comp(self, c: int) -> tuple[int, ...]:
-        """Option c's GPUs per slice of its heterogeneous node (() for other kinds)."""
-        return self.compositions[self.pool[c]][self.comp_id[c]] if self.kind[c] == COMP else ()
 
     def revalue(self, which: np.ndarray, compute: np.ndarray, sync: np.ndarray) -> BatchChoice:
         """The best batch of options `which`, their compute and sync times scaled.
@@ -278,7 +321,7 @@ class JointOptions(OptionCounts):
         """The options `pick` (indices), their stay GPUs with them."""
         kept = set(self.job[pick[self.kind[pick] == STAY]].tolist())
         rows = {name: getattr(self, name)[pick] for name in (
-            "job", "kind", "pool", "num_nodes", "num_gpus", "comp_id", "gpu_type", "tau", "sync_scale", "goodput",
+            "job", "kind", "ref", "num_nodes", "num_gpus", "gpu_type", "tau", "sync_scale", "goodput",
             "speedup", "penalized_speedup", "utility", "local_bsz", "accum_steps")}
         return replace(self, **rows, stay_gpus={j: g for j, g in self.stay_gpus.items() if j in kept})
 
@@ -292,61 +335,129 @@ def compositions(pool: Pool) -> list[tuple[int, ...]]:
     return [m for m in itertools.product(*(range(len(s) + 1) for s in pool.slices)) if sum(m)]
 
 
+@cache
+def vector_partitions(total: tuple[int, ...]) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """Every multiset of nonzero count vectors summing to `total`, each as its parts in
+    non-increasing order: the ways to share a node's GPUs of each slice out among jobs.
+
+    Examples
+    --------
+    >>> vector_partitions((2, 1))
+    (((2, 1),), ((2, 0), (0, 1)), ((1, 1), (1, 0)), ((1, 0), (1, 0), (0, 1)))
+    """
+    parts = sorted((m for m in itertools.product(*(range(t + 1) for t in total)) if any(m)), reverse=True)
+    out: list[tuple[tuple[int, ...], ...]] = []
+
+    def grow(left: tuple[int, ...], start: int, acc: tuple[tuple[int, ...], ...]) -> None:
+        if not any(left):
+            out.append(acc)
+            return
+        for i in range(start, len(parts)):
+            if all(a <= b for a, b in zip(parts[i], left)):
+                grow(tuple(b - a for a, b in zip(parts[i], left)), i, acc + (parts[i],))
+
+    grow(total, 0, ())
+    return tuple(out)
+
+
+def _supply(cl: JointCluster) -> tuple[tuple[Demand, ...], tuple[Slot, ...]]:
+    """D and every slot: for every class in play, every pool and composition, the demand it serves
+    (its GPU type, size and worst tier for the class)."""
+    index: dict[Demand, int] = {}
+    slots = []
+    for a in range(len(cl.classes)):
+        for p, pool in enumerate(cl.pools):
+            sizes = tuple(len(members) for members in pool.slices)
+            for m, tau in _comp_tiers(pool.signatures, sizes, pool.levels if pool.homogeneous else (), a):
+                demand = Demand(a, pool.gpu_type, sum(m), tau)
+                slots.append(Slot(p, a, m, index.setdefault(demand, len(index))))
+    return tuple(index), tuple(slots)
+
+
+@cache
+def _comp_tiers(signatures: tuple[tuple[float, ...], ...], sizes: tuple[int, ...], levels: tuple[int, ...],
+                a: int) -> tuple[tuple[tuple[int, ...], float], ...]:
+    """A slot's compositions on a node of these slices (a homogeneous node: its chain `levels`)
+    and their worst tier for class a; alike nodes share one."""
+    comps = [(d,) for d in levels] if levels else [m for m in itertools.product(*(range(n + 1) for n in sizes)) if sum(m)]
+    return tuple((m, max(sig[a] for sig, count in zip(signatures, m) if count)) for m in comps)
+
+
+def _multis(cl: JointCluster) -> tuple[tuple[Multi, ...], tuple[MultiGroup, ...]]:
+    """Every multi-node definition and group (M of joint.py), for every class in play.
+
+    For each GPU type and size, and each tier t of the class, the eligible pools are those whose
+    worst GPU is at most t: one definition per rack, and one over all racks if there are several;
+    a definition whose nodes a better tier already gave is left out (the same nodes valued worse).
+    A rack's definitions join the group of their class, type, size, tier and rack bandwidth scale.
+    """
+    defs: list[Multi] = []
+    group_index: dict[tuple, int] = {}
+    for a in range(len(cl.classes)):
+        kinds: dict[tuple[str, int], list[int]] = {}
+        for p, pool in enumerate(cl.pools):
+            kinds.setdefault((pool.gpu_type, pool.gpus_per_node), []).append(p)
+        for (gpu_type, g), members in kinds.items():
+            seen: set[tuple[int, ...]] = set()
+            for t in sorted({cl.pools[p].worst(a) for p in members}):
+                eligible = [p for p in members if cl.pools[p].worst(a) <= t]
+                by_rack: dict[str, list[int]] = {}
+                for p in eligible:
+                    by_rack.setdefault(cl.pools[p].rack, []).append(p)
+                scopes = [(by_rack[r], cl.rack_scale[r], False) for r in sorted(by_rack)]
+                if len(by_rack) > 1:
+                    scopes.append((eligible, cl.cross_rack_scale, True))
+                for scope, scale, spans in scopes:
+                    counts = multi_node_counts(sum(len(cl.pools[p].nodes) for p in scope))
+                    if tuple(scope) in seen or not counts:
+                        continue
+                    seen.add(tuple(scope))
+                    group = group_index.setdefault((a, gpu_type, g, t, scale, spans), len(group_index))
+                    defs.append(Multi(tuple(scope), group, tuple(counts)))
+    members_of: dict[int, list[int]] = {}
+    for e, d in enumerate(defs):
+        members_of.setdefault(d.group, []).append(e)
+    groups = tuple(MultiGroup(a, gpu_type, g, t, scale, tuple(members_of[i]))
+                   for (a, gpu_type, g, t, scale, _), i in group_index.items())
+    return tuple(defs), groups
+
+
+def _class_templates(cl: JointCluster, a: int, demands: tuple[Demand, ...],
+                     groups: tuple[MultiGroup, ...], defs: tuple[Multi, ...]) -> dict[str, np.ndarray]:
+    """Every option of a job of class a, before its GPU types and bounds filter them: one single
+    option per demand of the class, one multi option per group of the class and node count."""
+    rows = _Rows()
+    for e, demand in enumerate(demands):
+        if demand.cls == a:
+            rows.add(SINGLE, e, 1, demand.gpus, demand.tau, 1.0, demand.gpu_type)
+    for i, group in enumerate(groups):
+        if group.cls == a:
+            for n in sorted({n for d in group.defs for n in defs[d].counts}):
+                rows.add(MULTI, i, n, n * group.gpus_per_node, group.tau, group.sync_scale, group.gpu_type)
+    return rows.arrays()
+
+
 @dataclass
 class _Rows:
-    """Options as rows before valuation; `pool` is the pool (single, comp) or definition (multi)."""
+    """Options as rows before valuation; `ref` is the demand (single) or group (multi)."""
 
     kind: list[int] = field(default_factory=list)
-    pool: list[int] = field(default_factory=list)
+    ref: list[int] = field(default_factory=list)
     nodes: list[int] = field(default_factory=list)
     gpus: list[int] = field(default_factory=list)
     tau: list[float] = field(default_factory=list)
     sync_scale: list[float] = field(default_factory=list)
     gpu_type: list[str] = field(default_factory=list)
-    comp: list[int] = field(default_factory=list)  # index into the pool's compositions (-1: none)
 
-    def add(self, kind: int, pool: int, nodes: int, gpus: int, tau: float, sync_scale: float, gpu_type: str,
-            comp: int = -1) -> None:
+    def add(self, kind: int, ref: int, nodes: int, gpus: int, tau: float, sync_scale: float, gpu_type: str) -> None:
         """Append one option's row."""
-        for name, value in zip(("kind", "pool", "nodes", "gpus", "tau", "sync_scale", "gpu_type", "comp"),
-                               (kind, pool, nodes, gpus, tau, sync_scale, gpu_type, comp)):
+        for name, value in zip(("kind", "ref", "nodes", "gpus", "tau", "sync_scale", "gpu_type"),
+                               (kind, ref, nodes, gpus, tau, sync_scale, gpu_type)):
             getattr(self, name).append(value)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every field as an array, by field name."""
         return {k: np.asarray(v) for k, v in self.__dict__.items()}
-
-
-def _class_templates(cl: JointCluster, a: int, comps: dict[int, list], multis: list[Multi]) -> dict[str, np.ndarray]:
-    """Every option of a job of class a, before its GPU types and bounds filter them."""
-    rows = _Rows()
-    kinds: dict[tuple[str, int], list[int]] = {}
-    for p, pool in enumerate(cl.pools):
-        kinds.setdefault((pool.gpu_type, pool.gpus_per_node), []).append(p)
-        if pool.homogeneous:
-            for d in pool.levels:
-                rows.add(SINGLE, p, 1, d, pool.signatures[0][a], 1.0, pool.gpu_type)
-            continue
-        for i, m in enumerate(comps[p]):
-            tau = max(sig[a] for sig, count in zip(pool.signatures, m) if count)
-            rows.add(COMP, p, 1, sum(m), tau, 1.0, pool.gpu_type, i)
-    for (gpu_type, g), members in kinds.items():
-        seen: set[tuple[int, ...]] = set()
-        for t in sorted({cl.pools[p].worst(a) for p in members}):
-            eligible = [p for p in members if cl.pools[p].worst(a) <= t]
-            racks = sorted({cl.pools[p].rack for p in eligible})
-            scopes = [([p for p in eligible if cl.pools[p].rack == r], cl.rack_scale[r]) for r in racks]
-            if len(racks) > 1:
-                scopes.append((eligible, cl.cross_rack_scale))
-            for scope, scale in scopes:
-                counts = multi_node_counts(sum(len(cl.pools[p].nodes) for p in scope))
-                if tuple(scope) in seen or not counts:  # the same nodes at a worse tier: dominated
-                    continue
-                seen.add(tuple(scope))
-                for n in counts:
-                    rows.add(MULTI, len(multis), n, n * g, t, scale, gpu_type)
-                multis.append(Multi(tuple(scope)))
-    return rows.arrays()
 
 
 def _stay(job: JobSpec, cl: JointCluster, node_index: dict[str, int]) -> tuple[dict, float, float, int]:
@@ -408,32 +519,66 @@ def _fair_rows(ri: RoundInput) -> dict[str, np.ndarray]:
             "tau": np.ones(len(j)), "sync_scale": np.ones(len(j)), "spread": np.ones(len(j))}
 
 
+def _smaller(cl: JointCluster) -> dict[tuple[str, int], tuple[int, ...]]:
+    """(GPU type, d) -> the sizes d' < d a d-GPU single option may shrink to wherever it can be
+    placed: any on a heterogeneous node; on a homogeneous pool only its chain sizes."""
+    out: dict[tuple[str, int], tuple[int, ...]] = {}
+    for gpu_type in {pool.gpu_type for pool in cl.pools}:
+        mine = [pool for pool in cl.pools if pool.gpu_type == gpu_type]
+        for d in range(2, max(pool.gpus_per_node for pool in mine) + 1):
+            allowed = set(range(1, d))
+            for pool in mine:
+                if pool.homogeneous and d in pool.levels:
+                    allowed &= set(pool.levels)
+            out[gpu_type, d] = tuple(sorted(allowed))
+    return out
+
+
 def _undominated(o: JointOptions, util: np.ndarray) -> np.ndarray:
     """Mask of the options that no other option of the same job beats with a subset of its resources.
 
-    Within a pool or multi-node definition a larger shape must be worth more (prune_dominated);
-    on a heterogeneous node a composition must be worth more than every one it contains.
+    Any d' of a single option's d GPUs (d' a size it may shrink to, `_smaller`) are a placement
+    of d' GPUs at a tier no worse than its tier t, worth at least any single option of d' GPUs
+    of that GPU type at a tier t' >= t: where one is worth as much, the option is dominated. So
+    is a multi option of tier t whose nodes' GPU count G is worth no more than a single option
+    of G GPUs at a tier t' >= t (one of its whole nodes), and of one multi-node group a larger
+    node count must be worth more (prune_dominated).
     """
-    kind, pool, job = o.kind, o.pool, o.job
-    key = np.where(kind == SINGLE, pool, np.where(kind == MULTI, pool + 1 + pool.max(initial=0), -1))
-    keep = prune_dominated(job, key, o.num_gpus, util)
-    for p, comp_list in o.compositions.items():
-        mine = np.flatnonzero((kind == COMP) & (pool == p))
-        if not len(mine):
-            continue
-        M = np.array(comp_list)
-        contains = (M[:, None, :] <= M[None, :, :]).all(axis=2) & ~np.eye(len(M), dtype=bool)  # [i', i]: i' in i
-        value = np.full((o.num_jobs, len(M)), -np.inf)
-        value[job[mine], o.comp_id[mine]] = util[mine]
-        beaten = np.asarray(((value[:, :, None] >= value[:, None, :]) & contains[None]).any(axis=1))
-        keep[mine] &= ~beaten[job[mine], o.comp_id[mine]]
+    keep = np.ones(o.num_options, dtype=bool)
+    multi = np.flatnonzero(o.kind == MULTI)
+    keep[multi] = prune_dominated(o.job[multi], o.ref[multi], o.num_gpus[multi], util[multi])
+    single = np.flatnonzero(o.kind == SINGLE)
+    if not len(single):
+        return keep
+    types = sorted(set(o.gpu_type[single].tolist()))
+    taus = np.unique(o.tau[single])
+    type_of, tier_of = np.searchsorted(types, o.gpu_type[single]), np.searchsorted(taus, o.tau[single])
+    d = o.num_gpus[single]
+    value = np.full((o.num_jobs, len(types), len(taus), int(d.max()) + 1), -np.inf)
+    value[o.job[single], type_of, tier_of, d] = util[single]
+    # at_least[j, y, i, d']: the best single option of d' GPUs at a tier no better than taus[i]
+    at_least = np.maximum.accumulate(value[:, :, ::-1], axis=2)[:, :, ::-1]
+    beaten = np.zeros(value.shape, dtype=bool)
+    for (gpu_type, size), smaller in _smaller(o.cluster).items():
+        if gpu_type in types and size < value.shape[3] and smaller:
+            y = types.index(gpu_type)
+            beaten[:, y, :, size] = (at_least[:, y][:, :, list(smaller)] >= value[:, y, :, size, None]).any(axis=2)
+    keep[single] = ~beaten[o.job[single], type_of, tier_of, d]
+    g = o.num_gpus[multi] // o.num_nodes[multi]
+    ok = np.isin(o.gpu_type[multi], types) & (g < value.shape[3])
+    if ok.any():
+        m = multi[ok]
+        tier = np.minimum(np.searchsorted(taus, o.tau[m]), len(taus) - 1)  # the first tier >= the option's
+        whole = at_least[o.job[m], np.searchsorted(types, o.gpu_type[m]), tier, g[ok]]
+        whole = np.where(taus[tier] >= o.tau[m], whole, -np.inf)
+        keep[m] &= ~(whole >= util[m])
     return keep
 
 
 def enumerate_joint_options(ri: RoundInput, prune: bool = True) -> JointOptions:
     """Every job's options (C_j of joint.py's docstring), valued and pruned.
 
-    A job gets the single, comp and multi options of its class whose GPUs lie within its
+    A job gets the single and multi options of its class whose GPUs lie within its
     [min_gpus, max_gpus] on GPU types it has a model for, and a running job whose GPUs are
     within those limits a stay option. All are valued at their best batch together with the
     jobs' fair shares in one vectorized call; the speedup is the goodput over the fair share's
@@ -451,10 +596,10 @@ def enumerate_joint_options(ri: RoundInput, prune: bool = True) -> JointOptions:
     jobs, settings = ri.jobs, ri.settings
     cl = joint_cluster(ri)
     node_index = ri.cluster.node_index
-    comps = {p: compositions(pool) for p, pool in enumerate(cl.pools) if not pool.homogeneous}
-    multis: list[Multi] = []
+    demands, slots = _supply(cl)
+    defs, groups = _multis(cl)
     types = sorted({pool.gpu_type for pool in cl.pools})
-    templates = [_class_templates(cl, a, comps, multis) for a in range(len(cl.classes))]
+    templates = [_class_templates(cl, a, demands, groups, defs) for a in range(len(cl.classes))]
     for T in templates:
         T["type_code"] = np.searchsorted(types, T["gpu_type"]) if len(T["gpu_type"]) else np.zeros(0, int)
     types_ok = np.array([[t in job.throughput for t in types] for job in jobs], dtype=bool).reshape(len(jobs), -1)
@@ -476,8 +621,8 @@ def enumerate_joint_options(ri: RoundInput, prune: bool = True) -> JointOptions:
                 stays.add(STAY, -1, n, len(job.current_gpus), tau, scale, gpu_type)
     parts.append(stays.arrays() | {"job": np.asarray(stay_job, dtype=int)})
     o = {k: np.concatenate([part[k] for part in parts if len(part["job"])] or [np.zeros(0)]) for k in parts[-1]}
-    o["job"], o["kind"], o["pool"] = o["job"].astype(int), o["kind"].astype(int), o["pool"].astype(int)
-    o["nodes"], o["gpus"], o["comp"] = o["nodes"].astype(int), o["gpus"].astype(int), o["comp"].astype(int)
+    for k in ("job", "kind", "ref", "nodes", "gpus"):
+        o[k] = o[k].astype(int)
     job_arr, kind = o["job"], o["kind"]
     # the options and the fair shares in one vectorized valuation
     fair_rows = _fair_rows(ri)
@@ -500,12 +645,11 @@ def enumerate_joint_options(ri: RoundInput, prune: bool = True) -> JointOptions:
     U0 = unallocated_utilities(job_arr, speedup, keep, len(jobs), settings)
     pick = np.flatnonzero(keep)
     opts = JointOptions(
-        round_input=ri, cluster=cl, job=job_arr[pick], kind=kind[pick], pool=o["pool"][pick],
-        num_nodes=o["nodes"][pick], num_gpus=o["gpus"][pick], comp_id=o["comp"][pick],
-        gpu_type=o["gpu_type"][pick], tau=o["tau"][pick].astype(float), sync_scale=o["sync_scale"][pick].astype(float),
-        compositions=comps, multi=tuple(multis), goodput=goodput[pick], speedup=speedup[pick],
+        round_input=ri, cluster=cl, job=job_arr[pick], kind=kind[pick], ref=o["ref"][pick],
+        num_nodes=o["nodes"][pick], num_gpus=o["gpus"][pick], gpu_type=o["gpu_type"][pick],
+        tau=o["tau"][pick].astype(float), sync_scale=o["sync_scale"][pick].astype(float),
+        demands=demands, slots=slots, multi=defs, groups=groups, goodput=goodput[pick], speedup=speedup[pick],
         penalized_speedup=penalized[pick], utility=utility(penalized[pick], settings.p), local_bsz=local[pick],
         accum_steps=accum[pick], U0=U0, stay_gpus=stay_gpus,
     ).subset(np.arange(len(pick)))
     return opts.subset(np.flatnonzero(opts.undominated(opts.utility))) if prune else opts
-

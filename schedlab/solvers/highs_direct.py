@@ -37,7 +37,7 @@ from schedlab.milp import FAILED, OPTIMAL, TIME_LIMIT, MilpArrays, SolveOutcome
 from schedlab.solvers.log import solver_log_on
 from schedlab.solvers.outcome import StopSignal, best_of, start_outcome, tightest_bound
 
-__all__ = ["HIGHS_OPTIONS_URL", "IPM_MIN_COLS", "NEIGHBOURHOODS", "NEIGHBOURHOOD_MAX_SHARE", "check_options", "lp_bound",
+__all__ = ["HIGHS_OPTIONS_URL", "IPM_MIN_ROWS", "NEIGHBOURHOODS", "NEIGHBOURHOOD_MAX_SHARE", "check_options", "lp_bound",
            "lp_first_search", "set_options", "solve_highs"]
 
 _ROWWISE, _MAXIMIZE = 2, -1
@@ -67,11 +67,12 @@ def _devnull_fd() -> int:
 
 
 _INTEGRAL_TOL = 1e-9
-NEIGHBOURHOODS = (0, 32, 128)  # jobs freed besides the fractional ones, in turn
+NEIGHBOURHOODS = (0, 32, 128)  # units (jobs, ...) freed besides the fractional ones, in turn
 # A neighbourhood freeing more of the integer columns than this is not tried: in a 198-job round
 # of the Philly trace on 2,048 GPUs the 128-job one (64 % of the columns, no start) took 3.3 s
 # where the full MIP from the model's start took 0.11 s.
 NEIGHBOURHOOD_MAX_SHARE = 0.5
+ADJACENT_PER_ROW = 16  # the last neighbourhood: units freed per row a fractional column lies in
 
 
 def solve_highs(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: int = 0,
@@ -161,8 +162,9 @@ def _around_relaxation(model: MilpArrays, relaxed: SolveOutcome, reduced_cost: n
     if choice is None:  # no jobs to free or fix: the full MIP decides
         return best
     regret_order = _by_regret(choice, model.col_lo, x, reduced_cost)
-    for size in NEIGHBOURHOODS:
-        free = _neighbourhood(choice, frac, regret_order[:size])
+    for size in NEIGHBOURHOODS + (None,):
+        # last, the units the fractional columns share a row with, where the LP uses them
+        free = _neighbourhood(choice, frac, regret_order[:size] if size is not None else _adjacent(model, frac, x, regret_order))
         if (free & model.integer).sum() > NEIGHBOURHOOD_MAX_SHARE * model.integer.sum():
             break  # as large as the model: the full MIP, from its start, is the faster search
         fixed = model.integer & ~free
@@ -187,6 +189,24 @@ def _by_regret(choice: np.ndarray, col_lo: np.ndarray, x: np.ndarray, reduced_co
     regret = np.full(int(choice.max(initial=-1)) + 1, np.inf)
     np.minimum.at(regret, choice[unused], -reduced_cost[unused])
     return np.argsort(regret, kind="stable")
+
+
+def _adjacent(model: MilpArrays, frac: np.ndarray, x: np.ndarray, regret_order: np.ndarray) -> np.ndarray:
+    """The units the fractional columns are tied to: in each row where one lies, the units of
+    the columns the LP point `x` uses there (e.g. a fractional slot's pool and the jobs it
+    serves), the least regretted first, at most ADJACENT_PER_ROW of them a row."""
+    A = model.A.tocsc()
+    assert model.choice is not None
+    rank = np.empty(len(regret_order), dtype=int)
+    rank[regret_order] = np.arange(len(regret_order))
+    rows = model.A.tocsr()[np.unique(A[:, np.flatnonzero(frac)].indices)]
+    picked = []
+    for r in range(rows.shape[0]):
+        cols = rows.indices[rows.indptr[r]: rows.indptr[r + 1]]
+        units = np.unique(model.choice[cols[np.abs(x[cols]) > _INTEGRAL_TOL]])
+        units = units[units >= 0]
+        picked.append(units[np.argsort(rank[units], kind="stable")][:ADJACENT_PER_ROW])
+    return np.unique(np.concatenate(picked)) if picked else np.zeros(0, dtype=int)
 
 
 def _neighbourhood(choice: np.ndarray, frac: np.ndarray, jobs: np.ndarray) -> np.ndarray:
@@ -239,10 +259,13 @@ _OPTIONS = {"mip_heuristic_run_rins": False, "mip_heuristic_run_rens": False,
             "mip_heuristic_run_feasibility_jump": False, "mip_heuristic_run_root_reduced_cost": False}
 
 
-# LPs of at least this many columns go to HiGHS's interior point solver (with crossover, so the
-# answer is still a vertex with few fractional jobs). Relaxations of random goodput rounds, dual
-# simplex vs IPM: 10,063 columns 64 vs 65 ms; 40,856 columns 757 vs 312 ms; 81,342 2.88 vs 0.95 s.
-IPM_MIN_COLS = 20_000
+# LPs of at least this many rows go to HiGHS's interior point solver (with crossover, so the
+# answer is still a vertex with few fractional jobs): a simplex iteration costs with the basis,
+# i.e. the rows. Relaxations of random goodput rounds (about 4 columns a row), dual simplex vs
+# IPM: 2,552 rows 64 vs 65 ms; 10,235 rows 757 vs 312 ms; 20,500 rows 2.88 vs 0.95 s. A joint
+# round's has many more columns a row (2,048 GPUs / 1,000 jobs: 2,312 rows, 46,000 columns):
+# simplex 0.6 s, IPM 5.8 s.
+IPM_MIN_ROWS = 8_000
 
 
 def _highs(model: MilpArrays, integer: np.ndarray, time_limit_s: float, mip_gap: float, seed: int,
@@ -250,7 +273,7 @@ def _highs(model: MilpArrays, integer: np.ndarray, time_limit_s: float, mip_gap:
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("presolve", "on" if presolve else "off")
-    if model.num_cols >= IPM_MIN_COLS and not integer.any():
+    if model.num_rows >= IPM_MIN_ROWS and not integer.any():
         h.setOptionValue("solver", "ipm")
     for name, value in _OPTIONS.items():
         h.setOptionValue(name, value)
