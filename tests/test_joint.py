@@ -14,6 +14,7 @@ from conftest import tiny_round
 
 from schedlab.api import solve_round
 from schedlab.bench import random_round
+from schedlab.formulations import FORMULATIONS
 from schedlab.formulations.joint import joint_model
 from schedlab.formulations.joint_options import enumerate_joint_options, tiers
 from schedlab.formulations.options import chain_levels, restart_factor, utility
@@ -257,6 +258,19 @@ def test_joint_folds_freeze_levels_in_as_the_goodput_round_does():
             assert joint.objective == pytest.approx(goodput.objective, abs=1e-6 * max(1.0, abs(goodput.objective)))
             froze |= any(a.frozen_groups for a in joint.allocations)
     assert froze  # the rounds did exercise freezing
+
+
+@pytest.mark.parametrize("freeze_fraction", [0.0, 1.0])
+def test_joint_values_an_answer_as_its_model_does(freeze_fraction):
+    """The registry's value of an answer (how a partitioned one is scored) is the model's
+    objective at the solver's own answer: every placement read back as its option."""
+    rng = np.random.default_rng(8)
+    for case in range(6):
+        base = random_round(rng, 32, 12, settings=Settings(p=(1.0, -1.0)[case % 2]), freeze_fraction=freeze_fraction)
+        ri = _with_world(rng, base, racks=bool(case % 2), per_node=case % 3 == 0)
+        ri = replace(ri, settings=replace(ri.settings, formulation="joint"))
+        result = solve_round(ri)
+        assert FORMULATIONS["joint"].value(ri, result.allocations) == pytest.approx(result.objective, rel=1e-9)
 
 
 def test_a_failed_solver_still_gets_a_verified_greedy_answer(monkeypatch):

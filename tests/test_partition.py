@@ -75,7 +75,8 @@ def test_partitions_are_chosen_from_the_round_size_and_validated():
     assert auto_partitions(small) == 1
     big = random_round(np.random.default_rng(0), 64, 16_001)
     assert auto_partitions(big) == 2  # goodput: parts of up to 10,000 jobs
-    assert auto_partitions(replace(big, settings=Settings(formulation="joint"))) == 3  # joint's cost more: 8,000
+    joint = replace(big, settings=Settings(formulation="joint"))
+    assert auto_partitions(joint) == 16  # joint's cost more: parts of 1,000 jobs, but at most one a node
     raw = round_input_to_dict(small)
     raw["settings"]["partitions"] = -2
     with pytest.raises(InputError) as err:

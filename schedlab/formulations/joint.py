@@ -158,6 +158,7 @@ from schedlab.formulations.joint_options import (
     MULTI,
     SINGLE,
     STAY,
+    Demand,
     JointOptions,
     Pool,
     enumerate_joint_options,
@@ -171,8 +172,8 @@ from schedlab.state import GpuRef, JobAllocation, RoundInput
 if TYPE_CHECKING:
     import pyomo.environ as pyo
 
-__all__ = ["JointModel", "Structure", "build_arrays", "build_pyomo", "decode", "greedy_point", "joint_model",
-           "option_label", "start_point", "structure"]
+__all__ = ["JointModel", "Structure", "allocation_objective", "build_arrays", "build_pyomo", "decode", "greedy_point",
+           "joint_model", "option_label", "start_point", "structure"]
 
 
 @dataclass(frozen=True)
@@ -946,6 +947,40 @@ class JointModel(OneModel):
     def fallback(self) -> np.ndarray:
         """A feasible point found greedily (`greedy_point`): the answer when a solver has none."""
         return greedy_point(self.opts, self.st)
+
+
+def allocation_objective(opts: JointOptions, allocations: tuple[JobAllocation, ...]) -> float:
+    """The model's objective for any allocation of the round (e.g. a partitioned answer): each
+    job's GPUs read as its option (staying; a single option of their size and worst tier; or a
+    multi option of their node count, worst tier and scope). opts should be enumerated with
+    prune=False so that every option is there. KeyError if one is not."""
+    ri, cl = opts.round_input, opts.cluster
+    node_index = ri.cluster.node_index
+    index = {(int(j), int(k), int(r), int(n)): c
+             for c, (j, k, r, n) in enumerate(zip(opts.job, opts.kind, opts.ref, opts.num_nodes))}
+    demand_of = {d: e for e, d in enumerate(opts.demands)}
+    group_of = {(g.cls, g.gpu_type, g.gpus_per_node, g.tau, g.sync_scale, g.spans): i
+                for i, g in enumerate(opts.groups)}
+    chosen = np.zeros(opts.num_options, dtype=bool)
+    for j, (job, alloc) in enumerate(zip(ri.jobs, allocations)):
+        if not alloc.gpus:
+            continue
+        if set(alloc.gpus) == set(job.current_gpus):
+            chosen[opts.stay_option(j)] = True
+            continue
+        a = cl.classes.index(job.variability_class)
+        nodes = sorted({node_index[g.node] for g in alloc.gpus})
+        tau = max(cl.gpu_tier[node_index[g.node], g.gpu][a] for g in alloc.gpus)
+        gpu_type = ri.cluster.nodes[nodes[0]].gpu_type
+        if len(nodes) == 1:
+            chosen[index[j, SINGLE, demand_of[Demand(a, gpu_type, len(alloc.gpus), tau)], 1]] = True
+            continue
+        worst = max(cl.pools[cl.pool_of[k]].worst(a) for k in nodes)
+        racks = {cl.rack_of[k] for k in nodes}
+        scale = cl.cross_rack_scale if len(racks) > 1 else cl.rack_scale[next(iter(racks))]
+        group = group_of[a, gpu_type, ri.cluster.nodes[nodes[0]].gpus, worst, scale, len(racks) > 1]
+        chosen[index[j, MULTI, group, len(nodes)]] = True
+    return objective_value(opts, chosen)
 
 
 def joint_model(round_input: RoundInput) -> JointModel:

@@ -223,13 +223,15 @@ class Multi:
 @dataclass(frozen=True)
 class MultiGroup:
     """What a multi option names (M of joint.py): a class, GPU type and size, tier, sync scale
-    and scope kind; its definitions are one per rack of that scope kind, or the one spanning racks."""
+    and scope kind (`spans`: over racks); its definitions are one per rack of that scope kind,
+    or the one spanning racks."""
 
     cls: int
     gpu_type: str
     gpus_per_node: int
     tau: float
     sync_scale: float
+    spans: bool
     defs: tuple[int, ...]
 
 
@@ -417,8 +419,8 @@ def _multis(cl: JointCluster) -> tuple[tuple[Multi, ...], tuple[MultiGroup, ...]
     members_of: dict[int, list[int]] = {}
     for e, d in enumerate(defs):
         members_of.setdefault(d.group, []).append(e)
-    groups = tuple(MultiGroup(a, gpu_type, g, t, scale, tuple(members_of[i]))
-                   for (a, gpu_type, g, t, scale, _), i in group_index.items())
+    groups = tuple(MultiGroup(a, gpu_type, g, t, scale, spans, tuple(members_of[i]))
+                   for (a, gpu_type, g, t, scale, spans), i in group_index.items())
     return tuple(defs), groups
 
 
