@@ -321,44 +321,27 @@ def _constraints(opts: JointOptions, st: Structure) -> dict[str, Rows]:
     for i, (_, p) in enumerate(st.z_cols):
         z_on.setdefault(p, []).append(at.z + i)
     w_index = {kd: at.w + i for i, kd in enumerate(st.w_cols)}
-    u_on: dict[int, list[int]] = {}  # pool -> its u (indices into u_cols)
-    for i, (p, _, _) in enumerate(st.u_cols):
-        u_on.setdefault(p, []).append(i)
-    comp_y: dict[tuple[int, tuple[int, ...]], list[int]] = {}
     for p, pool in enumerate(cl.pools):
+        if not pool.homogeneous:
+            continue
         G = pool.gpus_per_node
         ys, zs = y_on.get(p, []), z_on.get(p, [])
-        if pool.homogeneous:
-            size = np.array([opts.slots[st.y_cols[i]].gpus for i in ys], dtype=float)
-            k2 = [k for k in pool.nodes if k in st.multi_stayer]
-            k1 = [st.single_stayer[k] for k in pool.nodes if k in st.single_stayer]
+        size = np.array([opts.slots[st.y_cols[i]].gpus for i in ys], dtype=float)
+        k2 = [k for k in pool.nodes if k in st.multi_stayer]
+        k1 = [st.single_stayer[k] for k in pool.nodes if k in st.single_stayer]
+        for d in pool.levels:
+            big = size >= d
+            cols = np.concatenate([at.y + np.asarray(ys, dtype=int)[big], zs, [c for c, _ in k1],
+                                   [w_index[k, d] for k in k2]])
+            vals = np.concatenate([size[big] / d, np.full(len(zs), G / d), [math.ceil(h / d) for _, h in k1],
+                                   -np.ones(len(k2))])
+            out["level"].add((p, d), cols, vals, -inf, (len(pool.nodes) - len(k2)) * G / d)
+        for k in k2:
             for d in pool.levels:
-                big = size >= d
-                cols = np.concatenate([at.y + np.asarray(ys, dtype=int)[big], zs, [c for c, _ in k1],
-                                       [w_index[k, d] for k in k2]])
-                vals = np.concatenate([size[big] / d, np.full(len(zs), G / d), [math.ceil(h / d) for _, h in k1],
-                                       -np.ones(len(k2))])
-                out["level"].add((p, d), cols, vals, -inf, (len(pool.nodes) - len(k2)) * G / d)
-            for k in k2:
-                for d in pool.levels:
-                    holders = st.multi_stayer[k]
-                    out["slots"].add((k, d), [w_index[k, d]] + [c for c, _ in holders],
-                                     [float(d)] + [float(h) for _, h in holders], -inf, float(G))
-            continue
-        u_here = [at.u + i for i in u_on.get(p, [])]
-        if u_here or zs:
-            out["node"].add((p,), u_here + zs, np.ones(len(u_here) + len(zs)), -inf, 1.0)
-        for c in st.het_stayers.get(p, {}):
-            holding = [at.u + i for i in u_on.get(p, []) if c in st.u_cols[i][1]]
-            out["stay"].add((p, c), [c] + holding, [1.0] + [-1.0] * len(holding), -inf, 0.0)
-        for i in ys:
-            comp_y.setdefault((p, opts.slots[st.y_cols[i]].comp), []).append(at.y + i)
-    for pm in st.comp_rows:
-        p = pm[0]
-        parts = [(at.u + i, st.u_cols[i][2].count(pm[1])) for i in u_on.get(p, [])]
-        parts = [(col, k) for col, k in parts if k]
-        out["comp"].add(pm, comp_y[pm] + [col for col, _ in parts],
-                        [1.0] * len(comp_y[pm]) + [-float(k) for _, k in parts], -inf, 0.0)
+                holders = st.multi_stayer[k]
+                out["slots"].add((k, d), [w_index[k, d]] + [c for c, _ in holders],
+                                 [float(d)] + [float(h) for _, h in holders], -inf, float(G))
+    _pattern_rows(opts, st, out)
     z_def = np.array([e for e, _ in st.z_cols], dtype=int)
     q_def = np.array([e for e, _ in st.q_cols], dtype=int)
     q_n = np.array([n for _, n in st.q_cols], dtype=float)
@@ -376,6 +359,34 @@ def _constraints(opts: JointOptions, st: Structure) -> dict[str, Rows]:
                        np.concatenate([at.q + np.arange(len(q_def)), multi]),
                        np.concatenate([np.ones(len(q_def)), -np.ones(len(multi))]), 0.0, 0.0)
     return out
+
+
+def _pattern_rows(opts: JointOptions, st: Structure, out: dict[str, Rows]) -> None:
+    """(node), (stay) and (comp) of every heterogeneous node, each block in one call."""
+    at, inf = _offsets(opts, st), math.inf
+    het = [p for p, pool in enumerate(opts.cluster.pools) if not pool.homogeneous]
+    u_pool = np.array([p for p, _, _ in st.u_cols], dtype=int)
+    z_pool = np.array([p for _, p in st.z_cols], dtype=int)
+    taken = np.isin(z_pool, het)
+    node_row = {p: r for r, p in enumerate(het)}
+    cols = np.concatenate([at.u + np.arange(len(u_pool)), at.z + np.flatnonzero(taken)]).astype(int)
+    pools = np.concatenate([u_pool, z_pool[taken]])
+    out["node"].extend([(p,) for p in het], np.array([node_row[p] for p in pools.tolist()], dtype=int), cols,
+                       np.ones(len(cols)), -inf, 1.0)
+    stays = [(p, c) for p in het for c in st.het_stayers.get(p, {})]
+    stay_row = {pc: r for r, pc in enumerate(stays)}
+    holding = [(stay_row[p, c], at.u + i) for i, (p, kept, _) in enumerate(st.u_cols) for c in kept]
+    out["stay"].extend(stays, np.array([r for r, _ in holding] + list(range(len(stays))), dtype=int),
+                       np.array([col for _, col in holding] + [c for _, c in stays], dtype=int),
+                       np.concatenate([-np.ones(len(holding)), np.ones(len(stays))]), -inf, 0.0)
+    comp_row = {pm: r for r, pm in enumerate(st.comp_rows)}
+    y_rows = [(comp_row[opts.slots[s].pool, opts.slots[s].comp], at.y + i) for i, s in enumerate(st.y_cols)
+              if (opts.slots[s].pool, opts.slots[s].comp) in comp_row]
+    parts = [(comp_row[p, m], at.u + i, -float(k)) for i, (p, _, pattern) in enumerate(st.u_cols)
+             for m, k in Counter(pattern).items()]
+    out["comp"].extend(list(st.comp_rows), np.array([r for r, _ in y_rows] + [r for r, _, _ in parts], dtype=int),
+                       np.array([c for _, c in y_rows] + [c for _, c, _ in parts], dtype=int),
+                       np.array([1.0] * len(y_rows) + [k for _, _, k in parts]), -inf, 0.0)
 
 
 def _columns(opts: JointOptions, st: Structure) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
