@@ -47,7 +47,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from schedlab.models.efficiency import best_batch
+from schedlab.models.efficiency import best_batch_shared
 from schedlab.models.freezing import scaled_params
 from schedlab.state import BatchLimits, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, Settings, ThroughputParams
 
@@ -336,20 +336,60 @@ class _Rows:
 
 def _value_rows(rows: _Rows, jobs: tuple[JobSpec, ...], fixed_bsz: np.ndarray | None = None,
                 scale: tuple[np.ndarray, np.ndarray] | None = None):
-    """Best batch of every row in one call (or the given total batch per row); per-(job, GPU
-    type) parameters gathered by index, and with `scale` = (compute, sync) per row, the compute
-    parameters scaled by compute and the four sync ones by sync (scaled_params)."""
+    """Best batch of every row (or the given total batch per row); with `scale` = (compute, sync)
+    per row, the compute parameters scaled by compute and the four sync ones by sync
+    (scaled_params). Rows of one model (throughput parameters, batch limits and fixed batch: the
+    jobs of one application on one GPU type) and one size (nodes, GPUs, fixed batch and scale)
+    share a shape, whose batch grid and throughput are computed once
+    (models.efficiency.best_batch_shared); each row's gradient statistics value it."""
     T = max(len(rows.types), 1)
-    keys, idx = np.unique(rows.job * T + rows.gpu_type, return_inverse=True)
-    table = np.array([field_values(jobs[k // T].throughput[rows.types[k % T]]) for k in keys.tolist()])
-    params = ThroughputParams(*table.reshape(len(keys), len(dataclasses.fields(ThroughputParams)))[idx.ravel()].T)
+    pairs, pair_of_row = np.unique(rows.job * T + rows.gpu_type, return_inverse=True)
+    models: dict[tuple, int] = {}
+    model_of_pair = np.array([models.setdefault(_model_key(jobs[k // T], rows.types[k % T]), len(models))
+                              for k in pairs.tolist()], dtype=np.int64)
+    model = model_of_pair[pair_of_row.ravel()]
+    row_fixed = (np.array([fixed for _, _, fixed in models], dtype=float)[model] if fixed_bsz is None
+                 else np.asarray(fixed_bsz, dtype=float))
+    sizes = [model, rows.nodes, rows.gpus, _dense(row_fixed)] + ([_dense(s) for s in scale] if scale is not None else [])
+    shapes, shape = _distinct(sizes)
+    m = model[shapes]
+    params = ThroughputParams(*_table(models, 0, ThroughputParams)[m].T)
     if scale is not None:
-        params = scaled_params(params, *scale)
-    j = rows.job
-    job_grad = np.array([field_values(job.grad_stats) for job in jobs]).reshape(len(jobs), 2)[j]
-    job_batch = np.array([field_values(job.batch) for job in jobs]).reshape(len(jobs), -1)[j]
-    fixed = np.array([job.fixed_bsz or 0 for job in jobs])[j] if fixed_bsz is None else fixed_bsz
-    return best_batch(params, GradStats(*job_grad.T), BatchLimits(*job_batch.T), rows.nodes, rows.gpus, fixed)
+        params = scaled_params(params, scale[0][shapes], scale[1][shapes])
+    limits = BatchLimits(*_table(models, 1, BatchLimits)[m].T)
+    grad = np.array([field_values(job.grad_stats) for job in jobs]).reshape(len(jobs), 2)[rows.job]
+    return best_batch_shared(params, limits, rows.nodes[shapes], rows.gpus[shapes], row_fixed[shapes],
+                             GradStats(*grad.T), shape)
+
+
+def _model_key(job: JobSpec, gpu_type: str) -> tuple:
+    """What a job's best batch on a GPU type depends on besides its gradient statistics and shape:
+    its throughput parameters there, its batch limits and its fixed batch."""
+    return field_values(job.throughput[gpu_type]), field_values(job.batch), job.fixed_bsz or 0
+
+
+def _table(models: dict[tuple, int], part: int, cls: type) -> np.ndarray:
+    """One part of every model key (_model_key) as a table, a row per model, a column per field of `cls`."""
+    return np.array([key[part] for key in models]).reshape(len(models), len(dataclasses.fields(cls)))
+
+
+def _dense(values: np.ndarray) -> np.ndarray:
+    """Each value's rank among the distinct values (ids 0..k-1)."""
+    return np.unique(values, return_inverse=True)[1].ravel()
+
+
+def _distinct(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of non-negative integer columns: the index of one row of each, and each
+    row's distinct row (an index into the first)."""
+    key, span = np.zeros(len(columns[0]), dtype=np.int64), 1
+    for col in columns:
+        size = int(col.max(initial=0)) + 1
+        if span * size >= 2**62:  # the combined key would overflow: renumber it densely first
+            key = _dense(key)
+            span = int(key.max(initial=0)) + 1
+        key, span = key * size + col, span * size
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return first, inverse.ravel()
 
 
 def field_values(obj) -> tuple[float, ...]:
