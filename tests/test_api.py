@@ -214,6 +214,8 @@ def test_cli_bench_prints_the_documented_keys():
     for key in ("build_p50_ms", "solve_p50_ms", "total_p50_ms", "total_p95_ms", "gap_max", "status_counts"):
         assert key in summary
     assert summary["status_counts"] == {"optimal": 2}
+    assert summary["lp_alone_p50_ms"] > 0  # the gap to the floor, beside the latency
+    assert summary["total_over_lp"] == pytest.approx(summary["total_p50_ms"] / summary["lp_alone_p50_ms"])
 
 
 def test_cli_bench_scale_prints_a_table_and_one_json_line():
