@@ -214,24 +214,33 @@ def stay_options(job: np.ndarray, is_stay: np.ndarray) -> dict[int, int]:
 
 def job_allocations(opts, picked: np.ndarray, gpus_of: dict[int, tuple[GpuRef, ...]]) -> tuple[JobAllocation, ...]:
     """Every job's allocation from its chosen option (picked) and that option's concrete GPUs;
-    `opts` is an option set (OptionSet, or the joint model's options)."""
-    by_job = {int(opts.job[c]): c for c in picked}
+    `opts` is an option set (OptionSet, or the joint model's options). A job given back its own
+    current GPUs (the very tuple) did not restart."""
+    picked = np.asarray(picked, dtype=int)
+    r, local, accum = (a[picked].tolist() for a in (opts.num_gpus, opts.local_bsz, opts.accum_steps))
+    goodput, speedup = opts.goodput[picked].tolist(), opts.speedup[picked].tolist()
+    frozen = opts.frozen_groups[picked].tolist() if opts.frozen_groups is not None else [0] * len(picked)
+    penalty = opts.freeze_penalty[picked].tolist() if opts.freeze_penalty is not None else [0.0] * len(picked)
+    row_of = dict(zip(opts.job[picked].tolist(), range(len(picked))))
+    columns = picked.tolist()
     out = []
     for j, job in enumerate(opts.round_input.jobs):
-        c = by_job.get(j)
-        if c is None:
+        i = row_of.get(j)
+        if i is None:
             out.append(JobAllocation(job.id))
             continue
-        r, local, accum = int(opts.num_gpus[c]), int(opts.local_bsz[c]), int(opts.accum_steps[c])
-        gpus = tuple(sorted(gpus_of[c]))
+        given = gpus_of[columns[i]]
+        gpus = tuple(sorted(given, key=_GPU_ORDER))
         out.append(JobAllocation(
-            job_id=job.id, gpus=gpus, total_bsz=r * local * (accum + 1), local_bsz=local, accum_steps=accum,
-            goodput=float(opts.goodput[c]), speedup=float(opts.speedup[c]),
-            restarted=job.restarted_on(gpus),
-            frozen_groups=int(opts.frozen_groups[c]) if opts.frozen_groups is not None else 0,
-            freeze_penalty=float(opts.freeze_penalty[c]) if opts.freeze_penalty is not None else 0.0,
+            job_id=job.id, gpus=gpus, total_bsz=r[i] * local[i] * (accum[i] + 1), local_bsz=local[i],
+            accum_steps=accum[i], goodput=goodput[i], speedup=speedup[i],
+            restarted=given is not job.current_gpus and job.restarted_on(gpus),
+            frozen_groups=frozen[i], freeze_penalty=penalty[i],
         ))
     return tuple(out)
+
+
+_GPU_ORDER = attrgetter("node", "gpu")  # GpuRef's own order, compared in C
 
 
 def utility(speedup: np.ndarray, p: float) -> np.ndarray:
