@@ -29,8 +29,9 @@ from schedlab.state import BatchLimits, GradStats, JobSpec, ThroughputParams
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
-__all__ = ["BATCH_GRID_POINTS", "BatchChoice", "BatchGrid", "batch_grid", "best_batch", "best_on_grid", "efficiency",
-           "gain", "goodput", "split_fixed_batch", "split_local_batch", "submitted_split"]
+__all__ = ["BATCH_GRID_POINTS", "BatchChoice", "BatchGrid", "batch_grid", "best_batch", "best_batch_shared", "best_on_grid",
+           "efficiency", "gain", "goodput", "grid_goodput", "grid_totals", "split_fixed_batch", "split_local_batch",
+           "submitted_split"]
 
 BATCH_GRID_POINTS = 50
 _EPS = 1e-8  # tolerance of Pollux's floor/ceil on batch sizes
@@ -251,9 +252,11 @@ def submitted_split(job: JobSpec, num_gpus: int) -> tuple[int, int]:
 # 300,000 shapes of a freezing round made ~40 temporaries of 120 MB each and took 2.9 s; in
 # blocks of 4,096 shapes it takes 0.57 s, with bit-identical answers.
 _BLOCK_SHAPES = 4096
-# Rows valued per block on their shapes' grids (best_batch_shared): 110,000 rows of a round of
-# 8,000 jobs took 150 ms in blocks of 4,096, 50 ms in blocks of 1,024.
-_BLOCK_ROWS = 1024
+# Rows valued per block on their shapes' grids (best_batch_shared). A block's temporaries, 256
+# rows x 50 points, stay under glibc's 128 KiB mmap threshold, so they reuse freed heap memory
+# instead of faulting in fresh pages: a round of 100 jobs (1,000 rows) valued its options in
+# 2.0 ms so, 2.9 ms in one block of 1,024 rows; 110,000 rows took 150 ms in blocks of 4,096.
+_BLOCK_ROWS = 256
 
 
 def best_batch(params: ThroughputParams, grad: GradStats, limits: BatchLimits, num_nodes: ArrayLike,
@@ -365,16 +368,16 @@ def best_batch_shared(params: ThroughputParams, limits: BatchLimits, num_nodes: 
         grid = batch_grid(_cut(limits, shapes), r, fixed_bsz[shapes])
         grid_throughput = throughput(_cut(params, shapes), num_nodes[shapes], r, grid.micro, grid.accum)
         # a row per shape, gathered per block of rows: (rows, points) blocks stay in cache
-        by_shape = [np.ascontiguousarray(a.T) for a in (grid.micro, grid.accum, grid.valid, grid_throughput)]
+        by_shape = [np.ascontiguousarray(a.T) for a in (grid.valid, grid_throughput, grid_totals(grid, r).astype(float))]
         init_bsz = np.asarray(limits.init_bsz)[shapes]
         for lo in range(starts[b], starts[b + 1], _BLOCK_ROWS):
             rows = order[lo:min(lo + _BLOCK_ROWS, starts[b + 1])]
             u = shape[rows] - first
-            micro, acc, valid, row_throughput = (a[u] for a in by_shape)
-            row_grad = GradStats(*grad_by_row[:, rows, None])
-            choice = best_on_grid(BatchGrid(micro, acc, valid), row_throughput, row_grad, init_bsz[u, None], r[u, None],
-                                  axis=1)
-            goodput[rows], local[rows], accum[rows] = choice.goodput, choice.local_bsz, choice.accum_steps
+            valid, row_throughput, total = (a[u] for a in by_shape)
+            good = grid_goodput(valid, row_throughput, total, GradStats(*grad_by_row[:, rows, None]), init_bsz[u, None])
+            best = np.argmax(good, axis=1)
+            goodput[rows] = good[np.arange(len(rows)), best]
+            local[rows], accum[rows] = grid.micro[best, u], grid.accum[best, u]
     return BatchChoice(goodput, local, accum)
 
 
@@ -423,17 +426,25 @@ def batch_grid(limits: BatchLimits, r: np.ndarray, fixed: np.ndarray) -> BatchGr
     return BatchGrid(micro, accum, valid)
 
 
-def best_on_grid(grid: BatchGrid, grid_throughput: np.ndarray, grad: GradStats, init_bsz, r: np.ndarray,
-                 axis: int = 0) -> BatchChoice:
+def best_on_grid(grid: BatchGrid, grid_throughput: np.ndarray, grad: GradStats, init_bsz, r: np.ndarray) -> BatchChoice:
     """The best goodput of each shape over its grid, from the throughput of every grid point.
 
     `grid_throughput` (examples per second, shaped as the grid) times the efficiency of each
-    point's total batch; invalid points count 0, and the first of equal maxima wins. The grid's
-    points run along `axis`: 0 for arrays (points, shapes) as batch_grid makes them, 1 for
-    (shapes, points), with grad, init_bsz and r as columns (shapes, 1).
+    point's total batch; invalid points count 0, and the first of equal maxima wins.
     """
-    total = np.asarray(r) * np.asarray(grid.micro) * (np.asarray(grid.accum) + 1)
-    good = np.where(grid.valid, grid_throughput * efficiency(grad, np.asarray(init_bsz, float), total), 0.0)
-    best = np.expand_dims(np.argmax(good, axis=axis), axis)
-    pick = lambda a: np.take_along_axis(np.asarray(a), best, axis).squeeze(axis)  # noqa: E731
-    return BatchChoice(pick(good), pick(grid.micro), pick(grid.accum))
+    good = grid_goodput(grid.valid, grid_throughput, grid_totals(grid, r), grad, init_bsz)
+    best = np.argmax(good, axis=0)
+    cols = np.arange(len(r))
+    return BatchChoice(good[best, cols], grid.micro[best, cols], grid.accum[best, cols])
+
+
+def grid_totals(grid: BatchGrid, r) -> np.ndarray:
+    """The total batch of every grid point: r x micro-batch x (accumulation steps + 1)."""
+    return np.asarray(r) * np.asarray(grid.micro) * (np.asarray(grid.accum) + 1)
+
+
+def grid_goodput(valid: np.ndarray, grid_throughput: np.ndarray, total: np.ndarray, grad: GradStats,
+                 init_bsz) -> np.ndarray:
+    """Goodput at every grid point: its throughput times the efficiency of its total batch, 0
+    where the job cannot run it."""
+    return np.where(valid, grid_throughput * efficiency(grad, np.asarray(init_bsz, float), total), 0.0)
