@@ -342,6 +342,12 @@ class _Rows:
         return _Rows(self.job[which], self.group[which], self.gpu_type[which], self.nodes[which], self.gpus[which],
                      self.types)
 
+    def then(self, other: _Rows) -> _Rows:
+        """These rows, then `other`'s (of the same GPU types)."""
+        both = [np.concatenate([a, b]) for a, b in zip((self.job, self.group, self.gpu_type, self.nodes, self.gpus),
+                                                      (other.job, other.group, other.gpu_type, other.nodes, other.gpus))]
+        return _Rows(both[0], both[1], both[2], both[3], both[4], self.types)
+
 
 def _value_rows(rows: _Rows, jobs: tuple[JobSpec, ...], fixed_bsz: np.ndarray | None = None,
                 scale: tuple[np.ndarray, np.ndarray] | None = None):
@@ -525,21 +531,20 @@ def enumerate_options(round_input: RoundInput, prune: bool = True) -> OptionSet:
     groups = node_groups(round_input)
     rows, stay_nodes = _round_rows(round_input, groups)
     job_arr = rows.job
-    if len(job_arr):
-        choice = _value_rows(rows, jobs)
+    n = len(job_arr)
+    goodput, speedup = np.zeros(0), np.zeros(0)
+    local_bsz, accum_steps = np.zeros(0, dtype=int), np.zeros(0, dtype=int)
+    if n:
         fair_rows = _fair_rows(round_input, groups, rows.types)
-        fair = _value_rows(fair_rows, jobs)
+        valued = _value_rows(rows.then(fair_rows), jobs)  # the options and the fair shares, in one valuation
+        goodput, local_bsz, accum_steps = valued.goodput[:n], valued.local_bsz[:n], valued.accum_steps[:n]
         fair_goodput = np.zeros(len(jobs))
-        fair_goodput[fair_rows.job] = fair.goodput
+        fair_goodput[fair_rows.job] = valued.goodput[n:]
         # A fair share the job cannot use at all (batch limits) falls back to its best option.
         best = np.zeros(len(jobs))
-        np.maximum.at(best, job_arr, choice.goodput)
+        np.maximum.at(best, job_arr, goodput)
         fair_goodput = np.where(fair_goodput > 0, fair_goodput, best)
-        goodput = choice.goodput
         speedup = np.divide(goodput, fair_goodput[job_arr], out=np.zeros_like(goodput), where=fair_goodput[job_arr] > 0)
-    else:
-        goodput = speedup = np.zeros(0)
-        choice = None
 
     group_arr = rows.group
     factor = np.array([restart_factor(job, settings) if job.running else 1.0 for job in jobs])
@@ -568,8 +573,8 @@ def enumerate_options(round_input: RoundInput, prune: bool = True) -> OptionSet:
         speedup=speedup[pick],
         penalized_speedup=penalized[pick],
         utility=utility(penalized[pick], settings.p),
-        local_bsz=choice.local_bsz[pick] if choice else np.zeros(0, dtype=int),
-        accum_steps=choice.accum_steps[pick] if choice else np.zeros(0, dtype=int),
+        local_bsz=local_bsz[pick],
+        accum_steps=accum_steps[pick],
         U0=U0,
         stay_nodes=stay_nodes,
     )
