@@ -79,6 +79,19 @@ def test_a_round_input_with_bad_values_gets_the_error_its_json_gets():
     assert as_data.value.problems[-1] == "settings.time_limit_s: must be > 0, got 0.0"
 
 
+def test_jobs_sharing_parameters_are_each_named_for_a_bad_one():
+    ri = random_round(np.random.default_rng(5), 32, 4)
+    good = dataclasses.replace(ri.jobs[0].throughput["default"], gamma=1.0)
+    bad = dataclasses.replace(good, gamma=0.5)
+    as_bool = dataclasses.replace(good, gamma=True)  # equal to the valid 1.0, and not a number
+    jobs = tuple(dataclasses.replace(job, throughput={"default": params}, current_gpus=())
+                 for job, params in zip(ri.jobs, (good, bad, bad, as_bool)))
+    with pytest.raises(InputError) as err:
+        parse_round_input(dataclasses.replace(ri, jobs=jobs))
+    assert [p.split(":")[0] for p in err.value.problems] == [
+        f"jobs[{i}].throughput_params.default.gamma" for i in (1, 2, 3)]
+
+
 def test_a_round_input_is_checked_without_being_turned_into_json(monkeypatch):
     def refuse(*args):
         raise AssertionError("a RoundInput was turned into JSON to be checked")
@@ -215,6 +228,8 @@ def test_cli_bench_prints_the_documented_keys():
     for key in ("build_p50_ms", "solve_p50_ms", "total_p50_ms", "total_p95_ms", "gap_max", "status_counts"):
         assert key in summary
     assert summary["status_counts"] == {"optimal": 2}
+    assert summary["lp_alone_p50_ms"] > 0  # the gap to the floor, beside the latency
+    assert summary["total_over_lp"] == pytest.approx(summary["total_p50_ms"] / summary["lp_alone_p50_ms"])
 
 
 def test_cli_bench_scale_prints_a_table_and_one_json_line():

@@ -23,7 +23,7 @@ from schedlab.api import solve_round
 from schedlab.bench.rounds import random_round
 from schedlab.clusters import ClusterSpec, make_cluster
 from schedlab.formulations import FORMULATIONS
-from schedlab.milp import OneRoundModel
+from schedlab.milp import MilpModel, OneRoundModel, RoundModel
 from schedlab.partition import PARTITIONED, auto_partitions
 from schedlab.solvers.highs_direct import lp_bound
 from schedlab.state import Cluster, RoundInput, RoundResult, Settings
@@ -40,9 +40,12 @@ def run_bench(num_gpus: int, num_jobs: int, rounds: int, solver: str = Settings.
     With `racks` or `variability` (clusters.VARIABILITY), the rounds run on that cluster (4
     GPUs per node, uplinks at half the node bandwidth), as a scheduler sees it. `floor_p50_ms`
     is what the floor of an unproven answer costs on top of the round's options: the
-    formulation's greedy, decoded and verified (`_floor_s`, timed apart from the round)."""
+    formulation's greedy, decoded and verified (`_floor_s`, timed apart from the round).
+    `lp_alone_p50_ms` is the floor of any exact solve of the round: its model's LP relaxation
+    solved alone by HiGHS (`_lp_alone_s`, null for a round that is not one model), and
+    `total_over_lp` how many times that the whole round takes (total_p50_ms / lp_alone_p50_ms)."""
     rng = np.random.default_rng(seed)
-    build, solve, total, gaps, floor = [], [], [], [], []
+    build, solve, total, gaps, floor, lp_alone = [], [], [], [], [], []
     statuses: collections.Counter[str] = collections.Counter()
     cluster = None
     if racks or variability != "none":
@@ -60,22 +63,37 @@ def run_bench(num_gpus: int, num_jobs: int, rounds: int, solver: str = Settings.
         solve.append(res.solve_s)
         gaps.append(res.gap)
         statuses[res.status] += 1
-        floor.append(_floor_s(ri))
+        model = FORMULATIONS[ri.settings.formulation](ri)
+        floor.append(_floor_s(ri, model))
+        lp_alone.append(_lp_alone_s(model))
+    total_ms, lp_ms = _ms(total, 50), _ms(lp_alone, 50)
     return {
         "gpus": num_gpus, "jobs": num_jobs, "rounds": rounds, "solver": solver, "formulation": formulation,
         "racks": racks, "variability": variability, "p": p, "freeze": freeze_fraction,
         "build_p50_ms": _ms(build, 50), "solve_p50_ms": _ms(solve, 50),
-        "total_p50_ms": _ms(total, 50), "total_p95_ms": _ms(total, 95), "total_max_ms": _ms(total, 100),
-        "floor_p50_ms": _ms(floor, 50), "gap_max": float(max(gaps)), "status_counts": dict(statuses),
+        "total_p50_ms": total_ms, "total_p95_ms": _ms(total, 95), "total_max_ms": _ms(total, 100),
+        "floor_p50_ms": _ms(floor, 50), "lp_alone_p50_ms": lp_ms, "total_over_lp": total_ms / lp_ms,
+        "gap_max": float(max(gaps)), "status_counts": dict(statuses),
     }
 
 
-def _floor_s(ri: RoundInput) -> float:
+def _floor_s(ri: RoundInput, model: RoundModel) -> float:
     """Seconds the greedy floor of an answer costs once the round's model is built: the
     formulation's fallback, decoded and verified (solve_round pays it only for an unproven answer)."""
-    model = FORMULATIONS[ri.settings.formulation](ri)
     t0 = time.perf_counter()
     verify(ri, model.decode(model.fallback()))
+    return time.perf_counter() - t0
+
+
+def _lp_alone_s(model: RoundModel) -> float:
+    """Seconds HiGHS takes on the model's LP relaxation alone (integrality dropped, presolve off:
+    solvers.highs_direct.lp_bound), the model handed over and solved, its arrays built untimed;
+    NaN for a round solved as a sequence of models (no arrays)."""
+    if not hasattr(model, "arrays"):
+        return math.nan
+    arrays = cast(MilpModel, model).arrays()
+    t0 = time.perf_counter()
+    lp_bound(arrays)
     return time.perf_counter() - t0
 
 

@@ -307,17 +307,18 @@ def decode(opts: OptionSet, chosen: np.ndarray) -> tuple[JobAllocation, ...]:
     """Concrete GPUs for every job from the chosen options (stayers first, then largest first)."""
     jobs = opts.round_input.jobs
     state = NodeState(opts.round_input.cluster)
-    item_size = item_sizes(opts)
     picked = np.flatnonzero(chosen)
     gpus_of: dict[int, tuple] = {}
-    for c in picked[opts.stay[picked]]:
-        job = jobs[opts.job[c]]
-        if not state.take_exact(job.current_gpus):
-            raise DecodeError(f"job {job.id!r} cannot stay: its GPUs are taken")
-        gpus_of[c] = job.current_gpus
-    for c in sorted(picked[~opts.stay[picked]], key=lambda c: (-item_size[c], -opts.num_gpus[c], c)):
-        grp = opts.groups[opts.group[c]]
-        refs = state.take_shape(grp.nodes, int(opts.num_nodes[c]), int(item_size[c]))
+    stays = picked[opts.stay[picked]]
+    for c, j in zip(stays.tolist(), opts.job[stays].tolist()):
+        if not state.take_exact(jobs[j].current_gpus):
+            raise DecodeError(f"job {jobs[j].id!r} cannot stay: its GPUs are taken")
+        gpus_of[c] = jobs[j].current_gpus
+    item_size = item_sizes(opts)
+    new = picked[~opts.stay[picked]]
+    new = new[np.lexsort((new, -opts.num_gpus[new], -item_size[new]))]  # largest first
+    for c, g, n, z in zip(new.tolist(), opts.group[new].tolist(), opts.num_nodes[new].tolist(), item_size[new].tolist()):
+        refs = state.take_shape(opts.groups[g].nodes, n, z)
         if refs is None:
             raise DecodeError(f"no room for job {jobs[opts.job[c]].id!r} ({opts.num_gpus[c]} GPUs)")
         gpus_of[c] = refs

@@ -20,23 +20,24 @@ def greedy_choice(opts: OptionSet) -> np.ndarray:
     jobs = opts.round_input.jobs
     state = NodeState(opts.round_input.cluster)
     chosen = np.zeros(opts.num_options, dtype=bool)
-    placed: set[int] = set()
+    placed = [False] * opts.num_jobs
     for j in sorted(opts.stay_nodes):
         if state.take_exact(jobs[j].current_gpus):
             chosen[opts.stay_option(j)] = True
-            placed.add(j)
+            placed[j] = True
     gain = opts.utility - opts.U0[opts.job]
     new = np.flatnonzero(~opts.stay)
     best_gain = np.full(opts.num_jobs, -np.inf)
     np.maximum.at(best_gain, opts.job[new], gain[new])
-    for j in np.argsort(-best_gain, kind="stable"):
-        if j in placed or not np.isfinite(best_gain[j]):
-            continue
-        own = new[(opts.job[new] == j) & (gain[new] > 0)]  # never worse than leaving it out
-        for c in own[np.argsort(-gain[own], kind="stable")]:
-            grp = opts.groups[opts.group[c]]
-            per_node = opts.num_gpus[c] if opts.num_nodes[c] == 1 else grp.gpus_per_node
-            if state.take_shape(grp.nodes, int(opts.num_nodes[c]), int(per_node)) is not None:
-                chosen[c] = True
-                break
+    rank = np.empty(opts.num_jobs, dtype=int)
+    rank[np.argsort(-best_gain, kind="stable")] = np.arange(opts.num_jobs)
+    # Every option worth more than leaving its job out, by its job's turn (best gain first), then
+    # its own gain, then its index: each job tries its options in that order until one fits.
+    tries = new[gain[new] > 0]
+    tries = tries[np.lexsort((-gain[tries], rank[opts.job[tries]]))]
+    per_node = np.where(opts.num_nodes == 1, opts.num_gpus, np.array([g.gpus_per_node for g in opts.groups] + [0])[opts.group])
+    for c, j, g, n, z in zip(tries.tolist(), opts.job[tries].tolist(), opts.group[tries].tolist(),
+                             opts.num_nodes[tries].tolist(), per_node[tries].tolist()):
+        if not placed[j] and state.take_shape(opts.groups[g].nodes, n, z) is not None:
+            chosen[c] = placed[j] = True
     return chosen

@@ -47,7 +47,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from schedlab.models.efficiency import best_batch
+from schedlab.models.efficiency import best_batch_shared
 from schedlab.models.freezing import scaled_params
 from schedlab.state import BatchLimits, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, Settings, ThroughputParams
 
@@ -214,24 +214,33 @@ def stay_options(job: np.ndarray, is_stay: np.ndarray) -> dict[int, int]:
 
 def job_allocations(opts, picked: np.ndarray, gpus_of: dict[int, tuple[GpuRef, ...]]) -> tuple[JobAllocation, ...]:
     """Every job's allocation from its chosen option (picked) and that option's concrete GPUs;
-    `opts` is an option set (OptionSet, or the joint model's options)."""
-    by_job = {int(opts.job[c]): c for c in picked}
+    `opts` is an option set (OptionSet, or the joint model's options). A job given back its own
+    current GPUs (the very tuple) did not restart."""
+    picked = np.asarray(picked, dtype=int)
+    r, local, accum = (a[picked].tolist() for a in (opts.num_gpus, opts.local_bsz, opts.accum_steps))
+    goodput, speedup = opts.goodput[picked].tolist(), opts.speedup[picked].tolist()
+    frozen = opts.frozen_groups[picked].tolist() if opts.frozen_groups is not None else [0] * len(picked)
+    penalty = opts.freeze_penalty[picked].tolist() if opts.freeze_penalty is not None else [0.0] * len(picked)
+    row_of = dict(zip(opts.job[picked].tolist(), range(len(picked))))
+    columns = picked.tolist()
     out = []
     for j, job in enumerate(opts.round_input.jobs):
-        c = by_job.get(j)
-        if c is None:
+        i = row_of.get(j)
+        if i is None:
             out.append(JobAllocation(job.id))
             continue
-        r, local, accum = int(opts.num_gpus[c]), int(opts.local_bsz[c]), int(opts.accum_steps[c])
-        gpus = tuple(sorted(gpus_of[c]))
+        given = gpus_of[columns[i]]
+        gpus = tuple(sorted(given, key=_GPU_ORDER))
         out.append(JobAllocation(
-            job_id=job.id, gpus=gpus, total_bsz=r * local * (accum + 1), local_bsz=local, accum_steps=accum,
-            goodput=float(opts.goodput[c]), speedup=float(opts.speedup[c]),
-            restarted=job.restarted_on(gpus),
-            frozen_groups=int(opts.frozen_groups[c]) if opts.frozen_groups is not None else 0,
-            freeze_penalty=float(opts.freeze_penalty[c]) if opts.freeze_penalty is not None else 0.0,
+            job_id=job.id, gpus=gpus, total_bsz=r[i] * local[i] * (accum[i] + 1), local_bsz=local[i],
+            accum_steps=accum[i], goodput=goodput[i], speedup=speedup[i],
+            restarted=given is not job.current_gpus and job.restarted_on(gpus),
+            frozen_groups=frozen[i], freeze_penalty=penalty[i],
         ))
     return tuple(out)
+
+
+_GPU_ORDER = attrgetter("node", "gpu")  # GpuRef's own order, compared in C
 
 
 def utility(speedup: np.ndarray, p: float) -> np.ndarray:
@@ -333,23 +342,69 @@ class _Rows:
         return _Rows(self.job[which], self.group[which], self.gpu_type[which], self.nodes[which], self.gpus[which],
                      self.types)
 
+    def then(self, other: _Rows) -> _Rows:
+        """These rows, then `other`'s (of the same GPU types)."""
+        both = [np.concatenate([a, b]) for a, b in zip((self.job, self.group, self.gpu_type, self.nodes, self.gpus),
+                                                      (other.job, other.group, other.gpu_type, other.nodes, other.gpus))]
+        return _Rows(both[0], both[1], both[2], both[3], both[4], self.types)
+
 
 def _value_rows(rows: _Rows, jobs: tuple[JobSpec, ...], fixed_bsz: np.ndarray | None = None,
                 scale: tuple[np.ndarray, np.ndarray] | None = None):
-    """Best batch of every row in one call (or the given total batch per row); per-(job, GPU
-    type) parameters gathered by index, and with `scale` = (compute, sync) per row, the compute
-    parameters scaled by compute and the four sync ones by sync (scaled_params)."""
+    """Best batch of every row (or the given total batch per row); with `scale` = (compute, sync)
+    per row, the compute parameters scaled by compute and the four sync ones by sync
+    (scaled_params). Rows of one model (throughput parameters, batch limits and fixed batch: the
+    jobs of one application on one GPU type) and one size (nodes, GPUs, fixed batch and scale)
+    share a shape, whose batch grid and throughput are computed once
+    (models.efficiency.best_batch_shared); each row's gradient statistics value it."""
     T = max(len(rows.types), 1)
-    keys, idx = np.unique(rows.job * T + rows.gpu_type, return_inverse=True)
-    table = np.array([field_values(jobs[k // T].throughput[rows.types[k % T]]) for k in keys.tolist()])
-    params = ThroughputParams(*table.reshape(len(keys), len(dataclasses.fields(ThroughputParams)))[idx.ravel()].T)
+    pairs, pair_of_row = np.unique(rows.job * T + rows.gpu_type, return_inverse=True)
+    models: dict[tuple, int] = {}
+    model_of_pair = np.array([models.setdefault(_model_key(jobs[k // T], rows.types[k % T]), len(models))
+                              for k in pairs.tolist()], dtype=np.int64)
+    model = model_of_pair[pair_of_row.ravel()]
+    row_fixed = (np.array([fixed for _, _, fixed in models], dtype=float)[model] if fixed_bsz is None
+                 else np.asarray(fixed_bsz, dtype=float))
+    sizes = [model, rows.nodes, rows.gpus, _dense(row_fixed)] + ([_dense(s) for s in scale] if scale is not None else [])
+    shapes, shape = _distinct(sizes)
+    m = model[shapes]
+    params = ThroughputParams(*_table(models, 0, ThroughputParams)[m].T)
     if scale is not None:
-        params = scaled_params(params, *scale)
-    j = rows.job
-    job_grad = np.array([field_values(job.grad_stats) for job in jobs]).reshape(len(jobs), 2)[j]
-    job_batch = np.array([field_values(job.batch) for job in jobs]).reshape(len(jobs), -1)[j]
-    fixed = np.array([job.fixed_bsz or 0 for job in jobs])[j] if fixed_bsz is None else fixed_bsz
-    return best_batch(params, GradStats(*job_grad.T), BatchLimits(*job_batch.T), rows.nodes, rows.gpus, fixed)
+        params = scaled_params(params, scale[0][shapes], scale[1][shapes])
+    limits = BatchLimits(*_table(models, 1, BatchLimits)[m].T)
+    grad = np.array([field_values(job.grad_stats) for job in jobs]).reshape(len(jobs), 2)[rows.job]
+    return best_batch_shared(params, limits, rows.nodes[shapes], rows.gpus[shapes], row_fixed[shapes],
+                             GradStats(*grad.T), shape)
+
+
+def _model_key(job: JobSpec, gpu_type: str) -> tuple:
+    """What a job's best batch on a GPU type depends on besides its gradient statistics and shape:
+    its throughput parameters there, its batch limits and its fixed batch."""
+    return field_values(job.throughput[gpu_type]), field_values(job.batch), job.fixed_bsz or 0
+
+
+def _table(models: dict[tuple, int], part: int, cls: type) -> np.ndarray:
+    """One part of every model key (_model_key) as a table, a row per model, a column per field of `cls`."""
+    return np.array([key[part] for key in models]).reshape(len(models), len(dataclasses.fields(cls)))
+
+
+def _dense(values: np.ndarray) -> np.ndarray:
+    """Each value's rank among the distinct values (ids 0..k-1)."""
+    return np.unique(values, return_inverse=True)[1].ravel()
+
+
+def _distinct(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of non-negative integer columns: the index of one row of each, and each
+    row's distinct row (an index into the first)."""
+    key, span = np.zeros(len(columns[0]), dtype=np.int64), 1
+    for col in columns:
+        size = int(col.max(initial=0)) + 1
+        if span * size >= 2**62:  # the combined key would overflow: renumber it densely first
+            key = _dense(key)
+            span = int(key.max(initial=0)) + 1
+        key, span = key * size + col, span * size
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return first, inverse.ravel()
 
 
 def field_values(obj) -> tuple[float, ...]:
@@ -476,21 +531,20 @@ def enumerate_options(round_input: RoundInput, prune: bool = True) -> OptionSet:
     groups = node_groups(round_input)
     rows, stay_nodes = _round_rows(round_input, groups)
     job_arr = rows.job
-    if len(job_arr):
-        choice = _value_rows(rows, jobs)
+    n = len(job_arr)
+    goodput, speedup = np.zeros(0), np.zeros(0)
+    local_bsz, accum_steps = np.zeros(0, dtype=int), np.zeros(0, dtype=int)
+    if n:
         fair_rows = _fair_rows(round_input, groups, rows.types)
-        fair = _value_rows(fair_rows, jobs)
+        valued = _value_rows(rows.then(fair_rows), jobs)  # the options and the fair shares, in one valuation
+        goodput, local_bsz, accum_steps = valued.goodput[:n], valued.local_bsz[:n], valued.accum_steps[:n]
         fair_goodput = np.zeros(len(jobs))
-        fair_goodput[fair_rows.job] = fair.goodput
+        fair_goodput[fair_rows.job] = valued.goodput[n:]
         # A fair share the job cannot use at all (batch limits) falls back to its best option.
         best = np.zeros(len(jobs))
-        np.maximum.at(best, job_arr, choice.goodput)
+        np.maximum.at(best, job_arr, goodput)
         fair_goodput = np.where(fair_goodput > 0, fair_goodput, best)
-        goodput = choice.goodput
         speedup = np.divide(goodput, fair_goodput[job_arr], out=np.zeros_like(goodput), where=fair_goodput[job_arr] > 0)
-    else:
-        goodput = speedup = np.zeros(0)
-        choice = None
 
     group_arr = rows.group
     factor = np.array([restart_factor(job, settings) if job.running else 1.0 for job in jobs])
@@ -519,8 +573,8 @@ def enumerate_options(round_input: RoundInput, prune: bool = True) -> OptionSet:
         speedup=speedup[pick],
         penalized_speedup=penalized[pick],
         utility=utility(penalized[pick], settings.p),
-        local_bsz=choice.local_bsz[pick] if choice else np.zeros(0, dtype=int),
-        accum_steps=choice.accum_steps[pick] if choice else np.zeros(0, dtype=int),
+        local_bsz=local_bsz[pick],
+        accum_steps=accum_steps[pick],
         U0=U0,
         stay_nodes=stay_nodes,
     )

@@ -29,7 +29,9 @@ class NodeState:
         self.index = cluster.node_index
         self.free_gpus = cluster.total_gpus
         self._buckets: dict[tuple[int, ...], list[list[int]]] = {}  # nodes -> [sorted nodes with f free]
-        self._groups_of: dict[int, list[tuple[int, ...]]] = {}  # node -> the bucketed groups it is in
+        # node -> the buckets of each group it is in (not the group's tuple of nodes: a dict look-up
+        # hashed that tuple on every take, 16,384 GPUs: 0.15 s a round)
+        self._groups_of: dict[int, list[list[list[int]]]] = {}
         self._by_id: dict[int, tuple[tuple[int, ...], list[list[int]]]] = {}  # id(nodes) -> (nodes, buckets)
 
     def take_exact(self, gpus: tuple[GpuRef, ...]) -> bool:
@@ -84,7 +86,7 @@ class NodeState:
             buckets: list[list[int]] = [[] for _ in range(max(len(self.free[k]) for k in nodes) + 1)] if nodes else [[]]
             for k in sorted(nodes):
                 buckets[len(self.free[k])].append(k)
-                self._groups_of.setdefault(k, []).append(nodes)
+                self._groups_of.setdefault(k, []).append(buckets)
             self._buckets[nodes] = buckets
         self._by_id[id(nodes)] = (nodes, self._buckets[nodes])
         return self._buckets[nodes]
@@ -92,8 +94,7 @@ class NodeState:
     def set_free(self, k: int, free: list[int]) -> None:
         """Set node k's free GPU indices, keeping the free count and every bucket in step."""
         self.free_gpus += len(free) - len(self.free[k])
-        for nodes in self._groups_of.get(k, ()):
-            buckets = self._buckets[nodes]
+        for buckets in self._groups_of.get(k, ()):
             buckets[len(self.free[k])].remove(k)
             bisect.insort(buckets[len(free)], k)
         self.free[k] = free

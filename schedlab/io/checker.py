@@ -13,8 +13,9 @@ import dataclasses
 import difflib
 import math
 import reprlib
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, NamedTuple, TypeGuard
+from collections.abc import Callable, Mapping
+from operator import attrgetter
+from typing import Any, NamedTuple, TypeGuard, TypeVar
 
 from schedlab.io.schema import FIELD_ACCEPT, FIELD_RULES, MAX_ID_CHARS, SCHEMA_KEYS
 from schedlab.state import (
@@ -35,6 +36,9 @@ from schedlab.state import (
 )
 
 __all__ = ["CLASSES", "Checker", "DataChecker", "Fields", "is_id", "number_problem", "show"]
+
+_T = TypeVar("_T")
+_PLAIN = frozenset((int, float, str))  # not bool: True == 1 would take a valid 1's place
 
 _shown = reprlib.Repr()
 _shown.maxstring, _shown.maxother, _shown.maxlevel = 60, 60, 3
@@ -78,6 +82,29 @@ class Checker:
     def __init__(self) -> None:
         self.problems: list[str] = []
         self.layer_groups: dict[tuple, tuple[LayerGroup, ...]] = {}  # valid groups by their raw values
+        self.parsed: dict[tuple, Any] = {}  # objects parsed without problems, by kind and raw values (`once`)
+
+    def once(self, raw: Any, kind: str, parse: Callable[[], _T]) -> _T:
+        """parse() of `raw`, an object of `kind`; or, where an object of that kind with the same
+        plain values (numbers and strings, each of its type) parsed before without problems, what
+        that returned: the jobs of one application share their throughput parameters and batch
+        limits, and a round of 8,000 jobs checked them 8,000 times."""
+        key = self.values_key(raw, kind)
+        if key is not None and key in self.parsed:
+            return self.parsed[key]
+        found = len(self.problems)
+        value = parse()
+        if key is not None and len(self.problems) == found:
+            self.parsed[key] = value
+        return value
+
+    def values_key(self, raw: Any, kind: str) -> tuple | None:
+        """The key of `once`: kind, and raw's keys and values where raw is a JSON object whose
+        values are all plain, else None."""
+        if type(raw) is not dict:
+            return None
+        items = tuple(raw.items())
+        return (kind, items) if all(type(v) in _PLAIN for _, v in items) else None
 
     def bad(self, where: str, what: str) -> None:
         """Record that the field at `where` is bad, and `what` to do about it."""
@@ -184,63 +211,47 @@ def _options_object(pairs: Any) -> Any:
 _READ_AS_JSON: dict[tuple[type, str], Callable[[Any], Any]] = {(Settings, "solver_options"): _options_object}
 
 
-class _Field(NamedTuple):
-    """How a JSON key reads its dataclass field."""
+class _View(NamedTuple):
+    """How a round's dataclass reads as its JSON object: its JSON keys, a getter of its field
+    values in their order, the keys of its optional fields (None reads as absent, as the JSON
+    form leaves the key out), and the keys whose value has another JSON form."""
 
-    attr: str
-    optional: bool  # None reads as absent, as the JSON form leaves the key out
-    as_json: Callable[[Any], Any] | None  # the value in its JSON form, where that differs
-
-
-def _json_fields(cls: type) -> dict[str, _Field]:
-    """Each JSON key of a round's dataclass, and how it reads its field."""
-    return {_RENAMED.get((cls, f.name), f.name): _Field(f.name, f.default is None, _READ_AS_JSON.get((cls, f.name)))
-            for f in dataclasses.fields(cls)}
+    keys: tuple[str, ...]
+    values: Callable[[Any], tuple]
+    optional: tuple[str, ...]
+    as_json: tuple[tuple[str, Callable[[Any], Any]], ...]
 
 
-_JSON_FIELDS = {cls: _json_fields(cls) for cls in CLASSES.values()}
+def _json_view(cls: type) -> _View:
+    """The JSON view of a round's dataclass."""
+    fields = dataclasses.fields(cls)
+    keys = tuple(_RENAMED.get((cls, f.name), f.name) for f in fields)
+    names = tuple(f.name for f in fields)
+    return _View(keys, attrgetter(*names) if len(names) > 1 else lambda obj: (getattr(obj, names[0]),),
+                 tuple(k for k, f in zip(keys, fields) if f.default is None),
+                 tuple((k, _READ_AS_JSON[cls, f.name]) for k, f in zip(keys, fields) if (cls, f.name) in _READ_AS_JSON))
 
 
-_ABSENT = object()
+_VIEWS = {cls: _json_view(cls) for cls in CLASSES.values()}
 
 
-class Fields(Mapping[str, Any]):
-    """`obj`, an instance of a round's dataclass `cls`, read as the JSON object of its kind,
-    nothing copied: each field under its JSON key (JobSpec.throughput as throughput_params), an
-    optional field that is None absent, and `replaced` (JSON values) in place of the fields they
-    name."""
-
-    __slots__ = ("_obj", "_fields", "_replaced")
+class Fields(dict):
+    """`obj`, an instance of a round's dataclass `cls`, read as the JSON object of its kind: each
+    field under its JSON key (JobSpec.throughput as throughput_params), an optional field that
+    is None absent, and `replaced` (JSON values) in place of the fields they name. Its values are
+    read once, into a dict: the parser reads ~30 keys of each job, each then a dict look-up."""
 
     def __init__(self, obj: Any, cls: type, replaced: Mapping[str, Any] | None = None) -> None:
-        self._obj, self._fields, self._replaced = obj, _JSON_FIELDS[cls], replaced or {}
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """The value under JSON key `key`, or `default` where the object has none."""
-        if key in self._replaced:
-            return self._replaced[key]
-        field = self._fields.get(key)
-        if field is None:
-            return default
-        value = getattr(self._obj, field.attr)
-        if value is None and field.optional:
-            return default
-        return value if field.as_json is None else field.as_json(value)
-
-    def __getitem__(self, key: str) -> Any:
-        value = self.get(key, _ABSENT)
-        if value is _ABSENT:
-            raise KeyError(key)
-        return value
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self.get(key, _ABSENT) is not _ABSENT
-
-    def __iter__(self) -> Iterator[str]:
-        return (key for key in {**self._fields, **self._replaced} if key in self)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
+        view = _VIEWS[cls]
+        super().__init__(zip(view.keys, view.values(obj)))
+        for key in view.optional:
+            if self[key] is None:
+                del self[key]
+        for key, as_json in view.as_json:
+            if key in self:
+                self[key] = as_json(self[key])
+        if replaced:
+            self.update(replaced)
 
 
 class DataChecker(Checker):
@@ -269,6 +280,15 @@ class DataChecker(Checker):
     def is_list(self, v: Any) -> TypeGuard[list | tuple]:
         """Whether v is a list or a tuple (the dataclasses' lists)."""
         return isinstance(v, (list, tuple))
+
+    def values_key(self, raw: Any, kind: str) -> tuple | None:
+        """raw's field values where raw is exactly the dataclass of `kind` and each is a plain
+        value (a number or a string, each of its type), else None."""
+        cls = CLASSES[kind]
+        if type(raw) is not cls:
+            return None
+        values = _VIEWS[cls].values(raw)
+        return (kind, values) if all(type(v) in _PLAIN for v in values) else None
 
     def plain(self, raw: Any, kind: str) -> Mapping | None:
         """raw's fields where raw is exactly the dataclass of `kind`, else None."""

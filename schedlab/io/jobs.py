@@ -28,6 +28,11 @@ __all__ = ["check_current_gpus", "parse_job"]
 
 
 def _parse_params(ck: Checker, raw: Any, where: str) -> ThroughputParams | None:
+    """A parameter set, checked once per round for the jobs that share it (Checker.once)."""
+    return ck.once(raw, "params", lambda: _check_params(ck, raw, where))
+
+
+def _check_params(ck: Checker, raw: Any, where: str) -> ThroughputParams | None:
     raw = ck.mapping(raw, where, "params")
     # seconds (alpha) and seconds per example or GPU (beta), within the schema's range; gamma's
     # range is checked below, with what it means
@@ -50,6 +55,22 @@ def _parse_throughput(ck: Checker, raw: Any, where: str, gpu_types: frozenset[st
         return {t: p for t in gpu_types} if p else {}
     out = {t: _parse_params(ck, v, f"{where}.{t}") for t, v in raw.items()}
     return {t: p for t, p in out.items() if p}
+
+
+def _check_grad(ck: Checker, raw: Any, where: str) -> GradStats:
+    g = ck.mapping(raw, where, "grad_stats")
+    return GradStats(*(ck.field(g, "grad_stats", k, where, 0.0, required=True) for k in ("sqr", "var")))
+
+
+def _check_batch(ck: Checker, raw: Any, where: str) -> BatchLimits:
+    b = ck.mapping(raw, where, "batch")
+    batch = BatchLimits(*(ck.field(b, "batch", k, where, 1, required=True) for k in BATCH_NAMES))
+    if batch.min_local_bsz > batch.max_local_bsz or batch.init_bsz > batch.max_bsz:
+        ck.bad(where, "needs min_local_bsz <= max_local_bsz and init_bsz <= max_bsz")
+    elif batch.min_local_bsz > batch.max_bsz:
+        ck.bad(where, f"min_local_bsz {batch.min_local_bsz} is above max_bsz {batch.max_bsz}: no GPU "
+               "count can run it; lower min_local_bsz or raise max_bsz")
+    return batch
 
 
 def parse_job(ck: Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | None:
@@ -77,21 +98,12 @@ def parse_job(ck: Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | None
     throughput = ({t: profile.params for t in gpu_types} if profile and "throughput_params" not in raw
                   else _parse_throughput(ck, raw.get("throughput_params"), f"{where}.throughput_params", gpu_types))
     if "grad_stats" in raw:
-        g = ck.mapping(raw["grad_stats"], f"{where}.grad_stats", "grad_stats")
-        grad = GradStats(*(ck.field(g, "grad_stats", k, f"{where}.grad_stats", 0.0, required=True)
-                           for k in ("sqr", "var")))
+        grad = _check_grad(ck, raw["grad_stats"], f"{where}.grad_stats")  # each job its own: not worth a look-up
     else:
         assert profile is not None, "checked above: an application or all three inline"
         grad = profile.grad_stats
     if "batch" in raw:
-        b = ck.mapping(raw["batch"], f"{where}.batch", "batch")
-        vals = [ck.field(b, "batch", k, f"{where}.batch", 1, required=True) for k in BATCH_NAMES]
-        batch = BatchLimits(*vals)
-        if batch.min_local_bsz > batch.max_local_bsz or batch.init_bsz > batch.max_bsz:
-            ck.bad(f"{where}.batch", "needs min_local_bsz <= max_local_bsz and init_bsz <= max_bsz")
-        elif batch.min_local_bsz > batch.max_bsz:
-            ck.bad(f"{where}.batch", f"min_local_bsz {batch.min_local_bsz} is above max_bsz {batch.max_bsz}: no GPU "
-                   "count can run it; lower min_local_bsz or raise max_bsz")
+        batch = ck.once(raw["batch"], "batch", lambda: _check_batch(ck, raw["batch"], f"{where}.batch"))
     else:
         assert profile is not None, "checked above: an application or all three inline"
         batch = profile.batch
@@ -110,7 +122,8 @@ def parse_job(ck: Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | None
         fields = ck.plain(rg, "gpu")
         if (fields is not None and len(fields) == 2 and type(node := fields.get("node")) is str
                 and type(gpu := fields.get("gpu")) is int and gpu_index.int_lo <= gpu <= gpu_index.int_hi):
-            current.append(GpuRef(node, gpu))  # the common case, checked whole; the rest below
+            # the common case, checked whole (a GpuRef given is kept: it is frozen); the rest below
+            current.append(rg if type(rg) is GpuRef else GpuRef(node, gpu))
             continue
         gw = f"{where}.current_gpus[{k}]"
         rg = ck.mapping(rg, gw, "gpu")
