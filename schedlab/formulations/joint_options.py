@@ -24,8 +24,12 @@ import numpy as np
 from schedlab.formulations.options import (
     OptionCounts,
     chain_levels,
+    dense_ids,
+    distinct_rows,
     fair_shapes,
     field_values,
+    model_key,
+    model_table,
     multi_node_counts,
     node_groups,
     prune_dominated,
@@ -34,7 +38,7 @@ from schedlab.formulations.options import (
     unallocated_utilities,
     utility,
 )
-from schedlab.models.efficiency import BatchChoice, best_batch
+from schedlab.models.efficiency import BatchChoice, best_batch_shared
 from schedlab.models.freezing import scaled_params
 from schedlab.state import BatchLimits, GradStats, JobSpec, RoundInput, ThroughputParams, Topology
 from schedlab.topology import cluster_graph, spread_gbps
@@ -479,37 +483,32 @@ def _value(jobs: tuple[JobSpec, ...], job: np.ndarray, gpu_type: np.ndarray, nod
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Best batch of every row in one vectorized call: goodput, local batch and accumulation steps.
 
-    Each distinct (job, GPU type, shape, tier, sync scale, spread factor and, with `frozen` =
-    (c, s) per row, freeze scales) is valued once, with the parameters scaled as joint.py's
-    docstring says (first by c and s, as scaled_params).
+    Rows of one model (the jobs of one application on one GPU type: options.model_key) at one
+    size, tier, sync scale, spread factor and, with `frozen` = (c, s) per row, freeze scales
+    share a shape, whose batch grid and throughput are computed once
+    (models.efficiency.best_batch_shared), the parameters scaled as joint.py's docstring says
+    (first by c and s, as scaled_params); each row's gradient statistics value it.
     """
     types = sorted(set(gpu_type.tolist()))
-    type_index = np.searchsorted(types, gpu_type)
-    columns = (job, type_index, nodes, gpus, tau, sync, spread) + (frozen or ())
-    codes = [np.unique(col, return_inverse=True) for col in columns]
-    key = np.zeros(len(job), dtype=np.int64)
-    for values, code in codes:  # one mixed-radix integer per row: a 1-D unique is much faster than axis=0
-        key = key * len(values) + code.ravel()
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    uj, ut, un, ur = job[first].astype(int), type_index[first], nodes[first].astype(int), gpus[first].astype(int)
-    utau, usync, uspread = tau[first], sync[first], spread[first]
-    table = np.zeros((len(jobs), len(types), 7))
-    for j, spec in enumerate(jobs):
-        for t, name in enumerate(types):
-            if name in spec.throughput:
-                table[j, t] = field_values(spec.throughput[name])
-    params = table[uj, ut]
+    T = max(len(types), 1)
+    pairs, pair_of_row = np.unique(job * T + np.searchsorted(types, gpu_type), return_inverse=True)
+    models: dict[tuple, int] = {}
+    model = np.array([models.setdefault(model_key(jobs[k // T], types[k % T]), len(models)) for k in pairs.tolist()],
+                     dtype=np.int64)[pair_of_row.ravel()]
+    fixed = np.array([key[2] for key in models], dtype=float)[model]
+    # a shape: one model (the jobs of one application on one GPU type) at one size and scaling
+    shapes, shape = distinct_rows([model, nodes, gpus] + [dense_ids(col) for col in (tau, sync, spread) + (frozen or ())])
+    m = model[shapes]
+    params = ThroughputParams(*model_table(models, 0, ThroughputParams)[m].T)
     if frozen is not None:
-        params = np.array(field_values(scaled_params(ThroughputParams(*params.T), frozen[0][first], frozen[1][first]))).T
-    params *= np.column_stack([utau, utau, usync, usync, np.ones((len(uj), 3))])
-    params[:, :6] *= uspread[:, None]
-    grad = np.array([field_values(s.grad_stats) for s in jobs]).reshape(-1, 2)[uj]
-    batch = np.array([field_values(s.batch) for s in jobs]).reshape(-1, 4)[uj]
-    fixed = np.array([s.fixed_bsz or 0 for s in jobs])[uj]
-    choice = best_batch(ThroughputParams(*params.T), GradStats(*grad.T), BatchLimits(*batch.T.astype(int)),
-                        un, ur, fixed)
-    inverse = inverse.ravel()
-    return choice.goodput[inverse], choice.local_bsz[inverse], choice.accum_steps[inverse]
+        params = scaled_params(params, frozen[0][shapes], frozen[1][shapes])
+    P = np.array(field_values(params)).T
+    P *= np.column_stack([tau, tau, sync, sync, np.ones((len(job), 3))])[shapes]
+    P[:, :6] *= spread[shapes, None]
+    grad = np.array([field_values(s.grad_stats) for s in jobs]).reshape(-1, 2)[job]
+    choice = best_batch_shared(ThroughputParams(*P.T), BatchLimits(*model_table(models, 1, BatchLimits)[m].T),
+                               nodes[shapes], gpus[shapes], fixed[shapes], GradStats(*grad.T), shape)
+    return choice.goodput, choice.local_bsz, choice.accum_steps
 
 
 def _fair_rows(ri: RoundInput) -> dict[str, np.ndarray]:

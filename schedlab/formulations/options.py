@@ -51,8 +51,9 @@ from schedlab.models.efficiency import best_batch_shared
 from schedlab.models.freezing import scaled_params
 from schedlab.state import BatchLimits, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, Settings, ThroughputParams
 
-__all__ = ["NodeGroup", "OptionColumns", "OptionCounts", "OptionSet", "chain_levels", "enumerate_options",
-           "fair_shapes", "field_values", "group_shapes", "job_allocations", "multi_node_counts",
+__all__ = ["NodeGroup", "OptionColumns", "OptionCounts", "OptionSet", "chain_levels", "dense_ids", "distinct_rows",
+           "enumerate_options", "fair_shapes", "field_values", "group_shapes", "job_allocations", "model_key",
+           "model_table", "multi_node_counts",
            "node_groups", "option_best_batch", "option_goodput", "prune_dominated", "restart_cost_s",
            "restart_factor", "stay_options", "unallocated_utilities", "utility"]
 
@@ -360,47 +361,47 @@ def _value_rows(rows: _Rows, jobs: tuple[JobSpec, ...], fixed_bsz: np.ndarray | 
     T = max(len(rows.types), 1)
     pairs, pair_of_row = np.unique(rows.job * T + rows.gpu_type, return_inverse=True)
     models: dict[tuple, int] = {}
-    model_of_pair = np.array([models.setdefault(_model_key(jobs[k // T], rows.types[k % T]), len(models))
+    model_of_pair = np.array([models.setdefault(model_key(jobs[k // T], rows.types[k % T]), len(models))
                               for k in pairs.tolist()], dtype=np.int64)
     model = model_of_pair[pair_of_row.ravel()]
     row_fixed = (np.array([fixed for _, _, fixed in models], dtype=float)[model] if fixed_bsz is None
                  else np.asarray(fixed_bsz, dtype=float))
-    sizes = [model, rows.nodes, rows.gpus, _dense(row_fixed)] + ([_dense(s) for s in scale] if scale is not None else [])
-    shapes, shape = _distinct(sizes)
+    sizes = [model, rows.nodes, rows.gpus, dense_ids(row_fixed)] + ([dense_ids(s) for s in scale] if scale is not None else [])
+    shapes, shape = distinct_rows(sizes)
     m = model[shapes]
-    params = ThroughputParams(*_table(models, 0, ThroughputParams)[m].T)
+    params = ThroughputParams(*model_table(models, 0, ThroughputParams)[m].T)
     if scale is not None:
         params = scaled_params(params, scale[0][shapes], scale[1][shapes])
-    limits = BatchLimits(*_table(models, 1, BatchLimits)[m].T)
+    limits = BatchLimits(*model_table(models, 1, BatchLimits)[m].T)
     grad = np.array([field_values(job.grad_stats) for job in jobs]).reshape(len(jobs), 2)[rows.job]
     return best_batch_shared(params, limits, rows.nodes[shapes], rows.gpus[shapes], row_fixed[shapes],
                              GradStats(*grad.T), shape)
 
 
-def _model_key(job: JobSpec, gpu_type: str) -> tuple:
+def model_key(job: JobSpec, gpu_type: str) -> tuple:
     """What a job's best batch on a GPU type depends on besides its gradient statistics and shape:
     its throughput parameters there, its batch limits and its fixed batch."""
     return field_values(job.throughput[gpu_type]), field_values(job.batch), job.fixed_bsz or 0
 
 
-def _table(models: dict[tuple, int], part: int, cls: type) -> np.ndarray:
-    """One part of every model key (_model_key) as a table, a row per model, a column per field of `cls`."""
+def model_table(models: dict[tuple, int], part: int, cls: type) -> np.ndarray:
+    """One part of every model key (model_key) as a table, a row per model, a column per field of `cls`."""
     return np.array([key[part] for key in models]).reshape(len(models), len(dataclasses.fields(cls)))
 
 
-def _dense(values: np.ndarray) -> np.ndarray:
+def dense_ids(values: np.ndarray) -> np.ndarray:
     """Each value's rank among the distinct values (ids 0..k-1)."""
     return np.unique(values, return_inverse=True)[1].ravel()
 
 
-def _distinct(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """The distinct rows of non-negative integer columns: the index of one row of each, and each
     row's distinct row (an index into the first)."""
     key, span = np.zeros(len(columns[0]), dtype=np.int64), 1
     for col in columns:
         size = int(col.max(initial=0)) + 1
         if span * size >= 2**62:  # the combined key would overflow: renumber it densely first
-            key = _dense(key)
+            key = dense_ids(key)
             span = int(key.max(initial=0)) + 1
         key, span = key * size + col, span * size
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
