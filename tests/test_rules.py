@@ -60,3 +60,13 @@ def test_fixed_batch_policies_train_at_the_requested_batch_when_none_is_fixed(ho
     alloc = result.allocation("a")
     assert (alloc.num_gpus, alloc.local_bsz, alloc.accum_steps) == (2, micro, accum)
     assert alloc.total_bsz == 2 * micro * (accum + 1)
+
+
+@pytest.mark.parametrize("policy", ["joint", "pollux"])
+def test_a_gang_the_round_cannot_place_runs_on_the_fewest_gpus_above_it(policy):
+    """A 6-GPU gang on 4-GPU nodes is neither one node nor whole nodes: it runs on 8 (else it
+    would wait for ever, and a replay of it would never end); a 2-GPU gang runs on exactly 2."""
+    nodes = tuple(Node(f"n{k}", 4) for k in range(4))
+    jobs = (replace(_job(requested_gpus=6), id="six"), replace(_job(requested_gpus=2), id="two"))
+    result = make_policy(policy, {"gang": True}).schedule(RoundInput(Cluster(nodes), jobs, Settings()))
+    assert [a.num_gpus for a in result.allocations] == [8, 2]

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -49,11 +50,11 @@ import numpy as np
 
 from schedlab.models.efficiency import best_batch_shared
 from schedlab.models.freezing import scaled_params
-from schedlab.state import BatchLimits, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, Settings, ThroughputParams
+from schedlab.state import BatchLimits, Cluster, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, Settings, ThroughputParams
 
 __all__ = ["NodeGroup", "OptionColumns", "OptionCounts", "OptionSet", "chain_levels", "dense_ids", "distinct_rows",
            "enumerate_options", "fair_shapes", "field_values", "group_shapes", "job_allocations", "model_key",
-           "model_table", "multi_node_counts",
+           "model_table", "multi_node_counts", "placeable_gpus",
            "node_groups", "option_best_batch", "option_goodput", "prune_dominated", "restart_cost_s",
            "restart_factor", "stay_options", "unallocated_utilities", "utility"]
 
@@ -302,6 +303,24 @@ def multi_node_counts(num_nodes: int) -> list[int]:
     counts = {m * 2**k for k in range(num_nodes.bit_length()) for m in (1, 3)}
     counts = {n for n in counts if 2 <= n <= num_nodes} | ({num_nodes} if num_nodes >= 2 else set())
     return sorted(counts)
+
+
+def placeable_gpus(cluster: Cluster, count: int) -> int:
+    """The smallest GPU count >= `count` a goodput-style round can give one job on this cluster:
+    a chain size on one node (chain_levels), or a count of whole nodes of one size
+    (multi_node_counts); `count` itself where none is (the job cannot run).
+
+    Examples
+    --------
+    >>> from schedlab.state import Node
+    >>> cluster = Cluster(tuple(Node(f"n{k}", 4) for k in range(3)))
+    >>> [placeable_gpus(cluster, g) for g in (2, 3, 6, 12, 13)]
+    [2, 4, 8, 12, 13]
+    """
+    per_size = Counter(node.gpus for node in cluster.nodes if node.gpus)
+    sizes = {d for g in per_size for d in chain_levels(g)}
+    sizes |= {n * g for g, k in per_size.items() for n in multi_node_counts(k)}
+    return min((d for d in sizes if d >= count), default=count)
 
 
 def group_shapes(grp: NodeGroup) -> tuple[np.ndarray, np.ndarray]:

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from schedlab.api import solve_round
+from schedlab.formulations.options import placeable_gpus
 from schedlab.models.freezing import geometric_frozen_groups
-from schedlab.state import JobSpec, RoundInput, RoundResult, Settings
+from schedlab.state import Cluster, JobSpec, RoundInput, RoundResult, Settings
 
 __all__ = ["GoodputPolicy", "IceFrogPolicy", "JointPolicy", "PolluxPolicy", "SiaPolicy", "StaticFreezePolicy"]
 
@@ -39,8 +40,10 @@ def _pollux_settings() -> Settings:
 @dataclass
 class GoodputPolicy:
     """A goodput round per call. gang: every job runs on exactly the GPUs it asked for
-    (requested_gpus) or waits, as gang schedulers run them; the round still chooses which jobs
-    run, where, and at what batch."""
+    (requested_gpus) or waits, as gang schedulers run them, or where the round cannot place
+    that many GPUs for one job (6 on 4-GPU nodes: neither one node nor whole nodes), on the
+    fewest it can place above it (formulations.options.placeable_gpus); the round still chooses
+    which jobs run, where, and at what batch."""
 
     settings: Settings
     freeze: bool = False
@@ -55,12 +58,16 @@ class GoodputPolicy:
 
     def round_for(self, round_input: RoundInput) -> RoundInput:
         """The round this policy's model solves: its settings, its view of each job."""
-        jobs = tuple(self.sized(self.prepare(job)) for job in round_input.jobs)
+        jobs = tuple(self.sized(self.prepare(job), round_input.cluster) for job in round_input.jobs)
         return replace(round_input, jobs=jobs, settings=self.settings)
 
-    def sized(self, job: JobSpec) -> JobSpec:
-        """The job as a gang policy sees it: on exactly its gang size (JobSpec.gang_gpus)."""
-        return replace(job, min_gpus=job.gang_gpus, max_gpus=job.gang_gpus) if self.gang else job
+    def sized(self, job: JobSpec, cluster: Cluster) -> JobSpec:
+        """The job as a gang policy sees it: on exactly its gang size (JobSpec.gang_gpus), or the
+        fewest GPUs above it the round can place for one job (class docstring)."""
+        if not self.gang:
+            return job
+        size = placeable_gpus(cluster, job.gang_gpus)
+        return replace(job, min_gpus=size, max_gpus=size)
 
     def prepare(self, job: JobSpec) -> JobSpec:
         """The job as this policy's model sees it: opt-ins dropped unless the policy freezes."""
