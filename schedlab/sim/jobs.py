@@ -142,6 +142,7 @@ class JobAgent:
         self._profile: dict[tuple[int, int, int], tuple[float, float]] = {}
         self._params: ThroughputParams | None = None
         self._stale = False
+        self._max_replicas = 0
 
     def observe(self, num_nodes: int, num_replicas: int, local_bsz: int, step_s: float, sync_s: float) -> None:
         """Record the step and sync seconds measured on one configuration.
@@ -153,6 +154,7 @@ class JobAgent:
         if key not in self._profile:
             self._profile[key] = (step_s, sync_s)
             self._stale = True
+            self._max_replicas = max(self._max_replicas, num_replicas)
 
     @property
     def max_profiled_replicas(self) -> int:
@@ -161,7 +163,7 @@ class JobAgent:
         As Pollux's agent, the online view lets a policy explore at most twice as many
         (sim.view.online_view).
         """
-        return max((k[1] for k in self._profile), default=0)
+        return self._max_replicas
 
     @property
     def params(self) -> ThroughputParams | None:
