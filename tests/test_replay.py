@@ -92,6 +92,16 @@ def test_replay_is_deterministic(small_jobs, small_results):
     pd.testing.assert_frame_equal(again.jobs, small_results["pollux"].jobs)
 
 
+def test_a_joint_replay_depends_on_its_inputs_alone():
+    # 12 jobs of workload-1 on PAL's measured GPUs and racks: ten of the 89 rounds need a MIP
+    # beyond the LP, where the portfolio's race stopped at whichever optimum was found first
+    jobs = trace_jobs(load_workload("workload-1"))[:12]
+    world = WORLDS["variability"].with_options(horizon_s=5400.0)
+    first, again = (replay(jobs, make_policy("joint"), world) for _ in range(2))
+    pd.testing.assert_frame_equal(again.jobs, first.jobs)
+    pd.testing.assert_series_equal(again.rounds.objective, first.rounds.objective)
+
+
 def test_short_workload_regression(small_results):
     # Mean JCTs recorded when the replay was validated against the artifact (see README);
     # a change here means the simulated world or a policy changed: check before updating.

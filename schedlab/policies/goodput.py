@@ -6,7 +6,12 @@ pollux  p = -1 (Pollux's power mean), Pollux's restart factor with S = 30 s, and
         out in the same place relative to its smallest option (speedup ~0.3-0.5 at 64 GPUs).
 sia     p = -0.5 and lambda = 1.1 (Sia, SOSP'23), same restart factor.
 joint   pollux's settings on the joint formulation (formulations.joint): every option valued with
-        its slowest GPU's variability tier and its spread over the topology.
+        its slowest GPU's variability tier and its spread over the topology, solved by HiGHS
+        alone. The portfolio races HiGHS against CP-SAT, and the two stop at different optima
+        (within mip_gap) of the same round, so a replay's answer depended on which finished
+        first: workload-1 of joint.py's variability world gave 3,482 s and 2,888 s mean JCT in
+        two runs. HiGHS alone answers each round from its inputs alone, and on that replay's
+        491 rounds that LP first does not prove it took 40 s where the race took 53 s.
 icefrog pollux's settings, and jobs that opt in to layer freezing freeze what the round model
         (formulations.freezing) chooses within their budgets. The round's spend is predicted
         with the job's online-fitted model while the job spends at its true rate, so the policy
@@ -92,9 +97,9 @@ class SiaPolicy(GoodputPolicy):
 
 @dataclass
 class JointPolicy(GoodputPolicy):
-    """Pollux's settings on the joint formulation: variability tiers and topology priced in."""
+    """Pollux's settings on the joint formulation, solved by HiGHS alone (module docstring: joint)."""
 
-    settings: Settings = field(default_factory=lambda: replace(_pollux_settings(), formulation="joint"))
+    settings: Settings = field(default_factory=lambda: replace(_pollux_settings(), formulation="joint", solver="highs"))
     name: ClassVar[str] = "joint"
 
 

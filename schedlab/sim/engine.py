@@ -34,13 +34,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from schedlab.clusters import make_cluster
+from schedlab.clusters import ClusterSpec, make_cluster
 from schedlab.errors import ConfigError
 from schedlab.io import json_text, spreadsheet_safe
 from schedlab.io.outputs import OUTPUT_KINDS, claim_folder
@@ -94,7 +95,7 @@ def _step_scale(world: World, app_class: str) -> StepScale | None:
     world changes nothing (so plain replays keep the measured times bit for bit)."""
     if world.plain:
         return None
-    return lambda gpus: (world.slowest(gpus, app_class), world.sync_scale(gpus), world.spread_factor(gpus))
+    return lambda gpus: world.step_factors(gpus, app_class)
 
 
 def _job_runs(jobs: tuple[TraceJob, ...], mode: BatchMode, config: ReplayConfig, world: World,
@@ -142,7 +143,7 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
     if not jobs:
         raise ConfigError("the workload has no jobs")
     mode = batch_mode(policy.batch_mode)
-    world = World(*make_cluster(config.cluster))
+    world = _world(config.cluster)
     total = config.total_gpus
     runs = _job_runs(jobs, mode, config, world, config.throughput_model or policy.throughput_model)
     states = {j.name: JobState(j) for j in jobs}
@@ -180,7 +181,8 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
                 if set(alloc.gpus) != set(s.gpus):
                     bsz = mode.batch_on_move(alloc, run.rules)
                     s = reallocate(s, run.agent, alloc.gpus, bsz, config.restart_delay_s)
-                live[alloc.job_id] = replace(s, frozen_groups=alloc.frozen_groups if run.freezing is not None else 0)
+                frozen = alloc.frozen_groups if run.freezing is not None else 0
+                live[alloc.job_id] = s if s.frozen_groups == frozen else replace(s, frozen_groups=frozen)
         running = [s for s in live.values() if s.gpus]
         idle_rounds = idle_rounds + 1 if live and not running and not pending else 0
         if idle_rounds >= STUCK_ROUNDS:
@@ -198,6 +200,14 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
     jobs_df = _jobs_frame(states, runs, config.cluster.gpus_per_node)
     rounds_df = pd.DataFrame(rounds)
     return ReplayResult(jobs_df, rounds_df, summarize(jobs_df, rounds_df, total, now) | _freeze_summary(jobs_df))
+
+
+@lru_cache(maxsize=4)
+def _world(cluster: ClusterSpec) -> World:
+    """The world of a cluster, made once per process: PAL's measured variability sorts the GPUs
+    into tiers by k-means (clusters.make_cluster), seconds per replay, and a sweep's replays in one
+    process share a few clusters."""
+    return World(*make_cluster(cluster))
 
 
 def _spec(state: JobState, run: JobRun, now_s: float, total_gpus: int) -> JobSpec:

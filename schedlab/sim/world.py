@@ -41,9 +41,11 @@ class World:
     seen: Cluster  # what goes into every round
     truth: Cluster  # how the GPUs really run
     _nodes: dict = field(init=False, repr=False, compare=False)
+    _factors: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "_nodes", {n.id: n for n in self.truth.nodes})
+        object.__setattr__(self, "_factors", {})
 
     @cached_property
     def graph(self) -> nx.Graph:
@@ -71,6 +73,15 @@ class World:
         """The across-node factor when the GPUs span nodes, else 1."""
         spans = len({g.node for g in gpus}) > 1
         return self.truth.topology.across_node_factor if spans and self.truth.topology else 1.0
+
+    def step_factors(self, gpus: tuple[GpuRef, ...], app_class: str) -> tuple[float, float, float]:
+        """(slowest, sync_scale, spread_factor) of a job of `app_class` on `gpus`, each GPU set's
+        computed once: a running job keeps its GPUs round after round, and a spread's bandwidth
+        is a walk over the cluster's graph."""
+        key = (gpus, app_class)
+        if key not in self._factors:
+            self._factors[key] = (self.slowest(gpus, app_class), self.sync_scale(gpus), self.spread_factor(gpus))
+        return self._factors[key]
 
 
 @dataclass(frozen=True)
