@@ -42,7 +42,7 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cache, cached_property
 from operator import attrgetter
 from typing import Any, Protocol
 
@@ -59,6 +59,7 @@ __all__ = ["NodeGroup", "OptionColumns", "OptionCounts", "OptionSet", "chain_lev
            "restart_factor", "stay_options", "unallocated_utilities", "utility"]
 
 
+@cache  # asked for every node group, row and level of a round
 def chain_levels(gpus_per_node: int) -> tuple[int, ...]:
     """Powers of two dividing G, then G: a divisibility chain of single-node sizes.
 

@@ -89,6 +89,9 @@ class Checker:
         plain values (numbers and strings, each of its type) parsed before without problems, what
         that returned: the jobs of one application share their throughput parameters and batch
         limits, and a round of 8,000 jobs checked them 8,000 times."""
+        same = self.parsed.get((kind, id(raw)))  # the very object again: no key to build
+        if same is not None and same[0] is raw:
+            return same[1]
         key = self.values_key(raw, kind)
         if key is not None and key in self.parsed:
             return self.parsed[key]
@@ -96,6 +99,7 @@ class Checker:
         value = parse()
         if key is not None and len(self.problems) == found:
             self.parsed[key] = value
+            self.parsed[kind, id(raw)] = (raw, value)  # holds raw: its id is not reused meanwhile
         return value
 
     def values_key(self, raw: Any, kind: str) -> tuple | None:
