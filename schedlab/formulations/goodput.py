@@ -79,7 +79,7 @@ import numpy as np
 from schedlab.errors import DecodeError
 from schedlab.formulations.freezing import enumerate_freeze_options, has_freezing
 from schedlab.formulations.greedy import greedy_choice
-from schedlab.formulations.options import OptionColumns, OptionSet, enumerate_options, job_allocations
+from schedlab.formulations.options import OptionColumns, OptionSet, enumerate_options, item_sizes, job_allocations
 from schedlab.formulations.packing import NodeState
 from schedlab.milp import MilpArrays, OneModel, Rows, stack_rows
 from schedlab.state import JobAllocation, RoundInput
@@ -99,12 +99,6 @@ class Structure:
     single_stayer: dict[int, tuple[int, int]]  # k in K1 -> (stay option c, h_kc)
     multi_stayer: dict[int, list[tuple[int, int]]]  # k in K2 -> [(c, h_kc)]
     node_group: dict[int, int]
-
-
-def item_sizes(opts: OptionSet) -> np.ndarray:
-    """z_c: GPUs per node of each new option (0 for stay options)."""
-    G = np.array([grp.gpus_per_node for grp in opts.groups] + [0], dtype=int)[opts.group]  # group -1: 0
-    return np.where(opts.num_nodes == 1, opts.num_gpus, G) * (opts.group >= 0)
 
 
 def max_min_weight(opts: OptionColumns) -> float:

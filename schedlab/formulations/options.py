@@ -53,8 +53,8 @@ from schedlab.models.freezing import scaled_params
 from schedlab.state import BatchLimits, Cluster, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, Settings, ThroughputParams
 
 __all__ = ["NodeGroup", "OptionColumns", "OptionCounts", "OptionSet", "chain_levels", "dense_ids", "distinct_rows",
-           "enumerate_options", "fair_shapes", "field_values", "group_shapes", "job_allocations", "model_key",
-           "model_table", "multi_node_counts", "placeable_gpus",
+           "enumerate_options", "fair_shapes", "field_values", "group_shapes", "item_sizes", "job_allocations",
+           "model_key", "model_table", "multi_node_counts", "placeable_gpus",
            "node_groups", "option_best_batch", "option_goodput", "prune_dominated", "restart_cost_s",
            "restart_factor", "stay_options", "unallocated_utilities", "utility"]
 
@@ -207,6 +207,13 @@ class OptionColumns(Protocol):
     @property
     def num_options(self) -> int:
         """The options."""
+
+
+def item_sizes(opts: OptionSet) -> np.ndarray:
+    """z_c: GPUs per node of each new option, its GPUs on one node or the group's G on whole
+    nodes (0 for stay options)."""
+    G = np.array([grp.gpus_per_node for grp in opts.groups] + [0], dtype=int)[opts.group]  # group -1: 0
+    return np.where(opts.num_nodes == 1, opts.num_gpus, G) * (opts.group >= 0)
 
 
 def stay_options(job: np.ndarray, is_stay: np.ndarray) -> dict[int, int]:

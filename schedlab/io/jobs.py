@@ -26,6 +26,8 @@ from schedlab.state import (
 
 __all__ = ["check_current_gpus", "parse_job"]
 
+_PARAM_KEYS = frozenset(PARAM_NAMES)
+
 
 def _parse_params(ck: Checker, raw: Any, where: str) -> ThroughputParams | None:
     """A parameter set, checked once per round for the jobs that share it (Checker.once)."""
@@ -50,16 +52,20 @@ def _check_params(ck: Checker, raw: Any, where: str) -> ThroughputParams | None:
 def _parse_throughput(ck: Checker, raw: Any, where: str, gpu_types: frozenset[str]) -> dict[str, ThroughputParams]:
     """Either one parameter set for every GPU type, or {gpu_type: parameter set}."""
     raw = ck.mapping(raw, where)
-    if set(raw) & set(PARAM_NAMES):
+    if not _PARAM_KEYS.isdisjoint(raw):
         p = _parse_params(ck, raw, where)
         return {t: p for t in gpu_types} if p else {}
-    out = {t: _parse_params(ck, v, f"{where}.{t}") for t, v in raw.items()}
-    return {t: p for t, p in out.items() if p}
+    out = {}
+    for t, v in raw.items():
+        if p := _parse_params(ck, v, f"{where}.{t}"):
+            out[t] = p
+    return out
 
 
 def _check_grad(ck: Checker, raw: Any, where: str) -> GradStats:
     g = ck.mapping(raw, where, "grad_stats")
-    return GradStats(*(ck.field(g, "grad_stats", k, where, 0.0, required=True) for k in ("sqr", "var")))
+    return GradStats(ck.field(g, "grad_stats", "sqr", where, 0.0, required=True),
+                     ck.field(g, "grad_stats", "var", where, 0.0, required=True))
 
 
 def _check_batch(ck: Checker, raw: Any, where: str) -> BatchLimits:
@@ -232,20 +238,21 @@ def check_current_gpus(ck: Checker, jobs: list[JobSpec], cluster: Cluster) -> No
     """Name each GPU a running job holds that the cluster lacks or another job holds too, and a
     job running on mixed GPU types or on a type it has no throughput parameters for."""
     nodes = {n.id: n for n in cluster.nodes}
-    holder: dict[GpuRef, str] = {}
+    holder: dict[tuple[str, int], str] = {}  # by (node, GPU): a GpuRef's own hash is a Python call
     for i, job in enumerate(jobs):
         types = set()
         where = f"jobs[{i}].current_gpus"
         for ref in job.current_gpus:
-            if ref.node not in nodes:
-                ck.bad(where, f"node {show(ref.node)} is not in the cluster")
+            node, gpu = ref.node, ref.gpu
+            if node not in nodes:
+                ck.bad(where, f"node {show(node)} is not in the cluster")
                 continue
-            if ref.gpu >= nodes[ref.node].gpus:
-                ck.bad(where, f"GPU {ref.gpu} does not exist on node {show(ref.node)} ({nodes[ref.node].gpus} GPUs)")
-            if ref in holder:
-                ck.bad(where, f"GPU {ref.node}:{ref.gpu} is also held by job {show(holder[ref])}")
-            holder[ref] = job.id
-            types.add(nodes[ref.node].gpu_type)
+            if gpu >= nodes[node].gpus:
+                ck.bad(where, f"GPU {gpu} does not exist on node {show(node)} ({nodes[node].gpus} GPUs)")
+            if (node, gpu) in holder:
+                ck.bad(where, f"GPU {node}:{gpu} is also held by job {show(holder[node, gpu])}")
+            holder[node, gpu] = job.id
+            types.add(nodes[node].gpu_type)
         if len(types) > 1:
             ck.bad(f"jobs[{i}].current_gpus", f"mixes GPU types {sorted(types)}; a job runs on one type")
         elif types and not types <= set(job.throughput):
