@@ -29,7 +29,8 @@ MATH_PAGES = {
     "formulations/goodput.html": ["(one)", "(level)", "(slots)", "(minspd)"],
     "formulations/freezing.html": ["(one)", "(budget)"],
     "formulations/options.html": [],
-    "formulations/joint.html": ["(one)", "(level)", "(slots)", "(slice)", "(pool)", "(elig)", "(minspd)"],
+    "formulations/joint.html": ["(one)", "(demand)", "(level)", "(slots)", "(node)", "(stay)", "(comp)", "(whole)", "(rack)",
+                                 "(minspd)"],
     "formulations/placement.html": ["(place)", "(cap)", "(node)", "(tier)", "(order)", "(spread)", "(onenode)", "(lost)",
                                     "(stay)", "(cover)", "(alone)", "(twins)", "(scarce)", "(scarce_count)"],
 }
