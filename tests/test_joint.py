@@ -288,3 +288,14 @@ def test_a_failed_solver_still_gets_a_verified_greedy_answer(monkeypatch):
         for job in running:  # running jobs keep their GPUs (no restart)
             assert result.allocation(job.id).gpus == tuple(sorted(job.current_gpus)) or not result.allocation(job.id).gpus
         assert any(a.gpus for a in result.allocations)
+
+
+def test_a_joint_round_without_jobs_or_without_gpus_is_answered():
+    rng = np.random.default_rng(6)
+    ri = _with_world(rng, tiny_round(rng, max_jobs=4, max_nodes=3), racks=True)
+    ri = replace(ri, settings=replace(ri.settings, formulation="joint"))
+    assert solve_round(replace(ri, jobs=())).allocations == ()
+    drained = replace(ri, cluster=replace(ri.cluster, nodes=tuple(replace(n, gpus=0, slowdown={}) for n in ri.cluster.nodes)),
+                      jobs=tuple(replace(j, current_gpus=()) for j in ri.jobs))
+    result = solve_round(drained)
+    assert result.verified and not any(a.gpus for a in result.allocations)

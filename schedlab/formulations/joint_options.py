@@ -603,7 +603,7 @@ def enumerate_joint_options(ri: RoundInput, prune: bool = True) -> JointOptions:
     templates = [_class_templates(cl, a, demands, groups, defs) for a in range(len(cl.classes))]
     for T in templates:
         T["type_code"] = np.searchsorted(types, T["gpu_type"]) if len(T["gpu_type"]) else np.zeros(0, int)
-    types_ok = np.array([[t in job.throughput for t in types] for job in jobs], dtype=bool).reshape(len(jobs), -1)
+    types_ok = np.array([[t in job.throughput for t in types] for job in jobs], dtype=bool).reshape(len(jobs), len(types))
     parts: list[dict[str, np.ndarray]] = []
     stays = _Rows()
     stay_job, stay_gpus = [], {}

@@ -536,7 +536,8 @@ def fair_shapes(round_input: RoundInput, groups: tuple[NodeGroup, ...]) -> tuple
     has = np.flatnonzero(eligible.any(axis=1))
     capacity = np.array([len(g.nodes) * g.gpus_per_node for g in groups], dtype=int)
     per_node = np.array([g.gpus_per_node for g in groups], dtype=int)
-    best = np.argmax(np.where(eligible[has], capacity, -1), axis=1)  # the first largest
+    best = (np.argmax(np.where(eligible[has], capacity, -1), axis=1) if len(groups)  # the first largest
+            else np.zeros(0, dtype=int))
     lo = np.array([max(jobs[j].min_gpus, 1) for j in has.tolist()], dtype=int)
     hi = np.array([jobs[j].max_gpus for j in has.tolist()], dtype=int)
     gpus = np.minimum(np.minimum(np.maximum(round_input.fair_share_gpus, lo), hi), capacity[best])
