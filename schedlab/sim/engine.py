@@ -178,7 +178,7 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
             verify(ri, result.allocations, budgets=False)
             for alloc in result.allocations:
                 s, run = live[alloc.job_id], runs[alloc.job_id]
-                if set(alloc.gpus) != set(s.gpus):
+                if alloc.gpus != s.gpus and set(alloc.gpus) != set(s.gpus):  # most jobs stay, in order
                     bsz = mode.batch_on_move(alloc, run.rules)
                     s = reallocate(s, run.agent, alloc.gpus, bsz, config.restart_delay_s)
                 frozen = alloc.frozen_groups if run.freezing is not None else 0
