@@ -1,4 +1,8 @@
-"""Simulated clusters as data: shape, GPU type, racks and PAL's measured GPU variability.
+"""Simulated clusters as data: node pools of GPU types, racks and PAL's measured GPU variability.
+
+A cluster is one or more node pools (NodePool: a GPU type, a node count, GPUs per node), their
+nodes numbered n0, n1, ... in the pools' order; a ClusterSpec without `pools` is one pool of its
+`num_nodes` x `gpus_per_node` GPUs of `gpu_type`.
 
 `make_cluster(spec)` gives the cluster twice: as a scheduler sees it (what goes into a round)
 and as it really runs (the replay's truth). Variability, by name (VARIABILITY):
@@ -23,7 +27,7 @@ from schedlab.errors import ConfigError
 from schedlab.models.variability import assign_slowdowns, sample_measured, tiered
 from schedlab.state import Cluster, GpuRef, Node, Rack, Topology
 
-__all__ = ["VARIABILITY", "ClusterSpec", "make_cluster"]
+__all__ = ["VARIABILITY", "ClusterSpec", "NodePool", "make_cluster"]
 
 Slowdowns = dict[str, dict[str, float]]  # GPU id -> class -> factor
 
@@ -48,9 +52,28 @@ VARIABILITY: dict[str, Callable[[list[str], np.random.Generator, int], tuple[Slo
 
 
 @dataclass(frozen=True)
+class NodePool:
+    """`num_nodes` alike nodes of `gpus_per_node` GPUs of `gpu_type`."""
+
+    gpu_type: str
+    num_nodes: int
+    gpus_per_node: int
+
+    def __post_init__(self):
+        if not self.gpu_type or self.num_nodes < 1 or self.gpus_per_node < 1:
+            raise ConfigError(f"node pool {self.gpu_type!r}: needs a GPU type name, num_nodes >= 1 and "
+                              f"gpus_per_node >= 1, got {self.num_nodes} x {self.gpus_per_node}")
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
     """A simulated cluster: its shape, GPU type, racks and links, PAL's flat across-node factor,
-    GPU variability (a key of VARIABILITY) and the seed of its draws; checked when made."""
+    GPU variability (a key of VARIABILITY) and the seed of its draws; checked when made.
+
+    `pools`, where given, is the cluster's shape and its GPU types (several types); num_nodes,
+    gpus_per_node and gpu_type then only describe it (the first pool's type, the pools' nodes,
+    the largest node), so every reader of them stays right.
+    """
 
     num_nodes: int = 16
     gpus_per_node: int = 4
@@ -61,8 +84,14 @@ class ClusterSpec:
     across_node_factor: float = 1.0
     variability: str = "none"
     seed: int = 0  # the measured GPUs drawn, and PAL's k-means
+    pools: tuple[NodePool, ...] = ()
 
     def __post_init__(self):
+        if self.pools:  # the pools are the shape; the single-pool fields describe them
+            object.__setattr__(self, "pools", tuple(self.pools))
+            object.__setattr__(self, "num_nodes", sum(p.num_nodes for p in self.pools))
+            object.__setattr__(self, "gpus_per_node", max(p.gpus_per_node for p in self.pools))
+            object.__setattr__(self, "gpu_type", self.pools[0].gpu_type)
         problems = [f"{k} must be >= 1" for k in ("num_nodes", "gpus_per_node") if getattr(self, k) < 1]
         if self.racks < 0:
             problems.append("racks must be >= 0 (0: no topology)")
@@ -72,6 +101,21 @@ class ClusterSpec:
             problems.append("across_node_factor >= 1, node_gbps and uplink_gbps > 0")
         if problems:
             raise ConfigError("cluster: " + "; ".join(problems))
+
+    @property
+    def node_pools(self) -> tuple[NodePool, ...]:
+        """The cluster's pools: `pools`, else the one pool of its single-type fields."""
+        return self.pools or (NodePool(self.gpu_type, self.num_nodes, self.gpus_per_node),)
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        """The pools' GPU types, each once, in the pools' order."""
+        return tuple(dict.fromkeys(p.gpu_type for p in self.node_pools))
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs of every pool together."""
+        return sum(p.num_nodes * p.gpus_per_node for p in self.node_pools)
 
 
 def _node_slowdown(slowdowns: Slowdowns, ids: list[str]) -> dict[str, tuple[float, ...]]:
@@ -96,20 +140,21 @@ def make_cluster(spec: ClusterSpec) -> tuple[Cluster, Cluster]:
     >>> [node.id for node in seen.nodes], [rack.id for rack in seen.topology.racks]
     (['n0', 'n1'], ['r0', 'r1'])
     """
-    names = [f"n{k}" for k in range(spec.num_nodes)]
-    ids = [GpuRef(name, i).key for name in names for i in range(spec.gpus_per_node)]
+    shapes = [(p.gpu_type, p.gpus_per_node) for p in spec.node_pools for _ in range(p.num_nodes)]
+    names = [f"n{k}" for k in range(len(shapes))]
+    ids_of = [[GpuRef(name, i).key for i in range(g)] for name, (_, g) in zip(names, shapes, strict=True)]
+    ids = [gpu for node in ids_of for gpu in node]
     seen, truth = VARIABILITY[spec.variability](ids, np.random.default_rng(spec.seed), spec.seed)
     topology = None
     if spec.racks or spec.across_node_factor != 1.0:
-        per_rack = math.ceil(spec.num_nodes / max(spec.racks, 1))
+        per_rack = math.ceil(len(names) / max(spec.racks, 1))
         racks = tuple(Rack(f"r{r}", tuple(names[r * per_rack:(r + 1) * per_rack]), spec.uplink_gbps)
-                      for r in range(math.ceil(spec.num_nodes / per_rack)))
+                      for r in range(math.ceil(len(names) / per_rack)))
         topology = Topology(racks, spec.node_gbps, across_node_factor=spec.across_node_factor)
 
     def cluster(slowdowns: Slowdowns) -> Cluster:
-        g = spec.gpus_per_node
-        nodes = tuple(Node(name, g, spec.gpu_type, _node_slowdown(slowdowns, ids[k * g:(k + 1) * g]))
-                      for k, name in enumerate(names))
+        nodes = tuple(Node(name, g, gpu_type, _node_slowdown(slowdowns, node_ids))
+                      for name, (gpu_type, g), node_ids in zip(names, shapes, ids_of, strict=True))
         return Cluster(nodes, topology)
 
     return cluster(seen), cluster(truth)

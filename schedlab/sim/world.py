@@ -133,7 +133,7 @@ class ReplayConfig:
     @property
     def total_gpus(self) -> int:
         """The cluster's GPUs."""
-        return self.cluster.num_nodes * self.cluster.gpus_per_node
+        return self.cluster.total_gpus
 
     def options(self) -> dict[str, Any]:
         """Every field of the config and of its cluster, by name (the names with_options takes)."""
