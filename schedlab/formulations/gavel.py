@@ -140,12 +140,15 @@ class GavelInput:
 def gang_steps_per_s(job: JobSpec, gpu_type: str, gpus_per_node: int, capacity_gpus: int) -> float:
     """T_jt: optimizer steps per second of the job's gang (JobSpec.gang_gpus GPUs) at its submitted
     batch on GPUs of `gpu_type`, consolidated (the fewest nodes of `gpus_per_node` GPUs); 0 where
-    the job has no throughput model of that type or its gang exceeds the type's `capacity_gpus`."""
+    the job has no throughput model of that type, its gang exceeds the type's `capacity_gpus`, or
+    its batch does not split over its gang within the per-GPU range (BatchLimits)."""
     params = job.throughput.get(gpu_type)
     r = job.gang_gpus
     if params is None or r > capacity_gpus:
         return 0.0
     micro, accum = submitted_split(job, r)
+    if not job.batch.min_local_bsz <= micro <= job.batch.max_local_bsz:
+        return 0.0
     return float(1.0 / step_time_s(params, math.ceil(r / gpus_per_node), r, micro, accum))
 
 
