@@ -56,8 +56,8 @@ $$
 
 with $0 \le z \le \max_{j \in J^+} \max_t a_{jt} / b_j$ (a bound (time) implies), so every
 model is bounded. LAS's $z$ is the smallest share of its equal share any job gets (1: every job
-runs as fast as on its equal share); makespan's $z$ is $1 / $ the time the last job would finish
-at these rates (Gavel's MinTotalDuration), so the makespan is $1 / z$.
+runs as fast as on its equal share); makespan's $z$ is the inverse of the time by which the last job
+would finish at these rates (Gavel's MinTotalDuration), so the makespan is $1 / z$.
 
 **What we changed.** Gavel's makespan bisects on the finish time with an LP per step; here
 $z = 1 / \text{makespan}$ makes it one LP. Stage 2 (ours) spends the capacity the minimum does
