@@ -72,15 +72,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from schedlab.errors import InputError
 from schedlab.milp import MilpArrays, Rows, stack_rows
-from schedlab.models.efficiency import submitted_split
+from schedlab.models.efficiency import split_fixed_batch
 from schedlab.models.throughput import step_time_s
-from schedlab.state import JobSpec, RoundInput
+from schedlab.state import BatchLimits, JobSpec, RoundInput, ThroughputParams
 
 if TYPE_CHECKING:
     import pyomo.environ as pyo
@@ -143,13 +144,19 @@ def gang_steps_per_s(job: JobSpec, gpu_type: str, gpus_per_node: int, capacity_g
     the job has no throughput model of that type, its gang exceeds the type's `capacity_gpus`, or
     its batch does not split over its gang within the per-GPU range (BatchLimits)."""
     params = job.throughput.get(gpu_type)
-    r = job.gang_gpus
-    if params is None or r > capacity_gpus:
+    if params is None or job.gang_gpus > capacity_gpus:
         return 0.0
-    micro, accum = submitted_split(job, r)
-    if not job.batch.min_local_bsz <= micro <= job.batch.max_local_bsz:
+    return _steps_per_s(params, job.batch, job.submitted_bsz, math.ceil(job.gang_gpus / gpus_per_node), job.gang_gpus)
+
+
+@lru_cache(maxsize=1 << 16)  # every round asks again for the same jobs on the same types
+def _steps_per_s(params: ThroughputParams, batch: BatchLimits, submitted_bsz: int, num_nodes: int, r: int) -> float:
+    """Steps per second at the submitted batch on r GPUs over num_nodes nodes; 0 where the batch
+    does not split over r GPUs within the per-GPU range."""
+    micro, accum = split_fixed_batch(submitted_bsz, r, batch)
+    if not batch.min_local_bsz <= micro <= batch.max_local_bsz:
         return 0.0
-    return float(1.0 / step_time_s(params, math.ceil(r / gpus_per_node), r, micro, accum))
+    return float(1.0 / step_time_s(params, num_nodes, r, micro, accum))
 
 
 def gavel_input(round_input: RoundInput) -> GavelInput:
@@ -214,12 +221,15 @@ class MaxMinLP:
         x_col = np.arange(n).reshape(J, Tn)
         counted = np.flatnonzero(self.counted)
         fair, time_rows, cap = Rows(), Rows(), Rows()
-        for j in counted.tolist():  # (fair): b_j z - a_j . X_j <= 0, or (floor): a_j . X_j >= b_j z*
-            if stage1:
-                fair.add(("fair", j), np.concatenate([[n], x_col[j]]), np.concatenate([[self.owed[j]], -self.rate[j]]),
-                         -math.inf, 0.0)
-            else:
-                fair.add(("floor", j), x_col[j], self.rate[j], self.owed[j] * self.floor, math.inf)
+        rows = np.repeat(np.arange(len(counted)), Tn)
+        cols, vals = x_col[counted].ravel(), self.rate[counted].ravel()
+        if stage1:  # (fair): b_j z - a_j . X_j <= 0
+            fair.extend([("fair", j) for j in counted.tolist()], np.concatenate([np.arange(len(counted)), rows]),
+                        np.concatenate([np.full(len(counted), n), cols]), np.concatenate([self.owed[counted], -vals]),
+                        -math.inf, 0.0)
+        else:  # (floor): -a_j . X_j <= -b_j z*
+            fair.extend([("floor", j) for j in counted.tolist()], rows, cols, -vals, -math.inf,
+                        -self.owed[counted] * self.floor)
         time_rows.extend([("time", j) for j in range(J)], np.repeat(np.arange(J), Tn), x_col.ravel(), np.ones(n),
                          -math.inf, 1.0)  # (time)
         cap.extend([("cap", t) for t in range(Tn)], np.tile(np.arange(Tn), J), x_col.ravel(),
