@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from schedlab.clusters import ClusterSpec, NodePool, make_cluster
+from schedlab.errors import ConfigError
 from schedlab.formulations.gavel import gavel_input
 from schedlab.models.efficiency import submitted_split
 from schedlab.models.profiles import shipped_profiles
@@ -121,6 +122,14 @@ def test_heterogeneity_awareness_shortens_the_mean_jct_and_the_makespan_policy_t
     assert jct["gavel_las"] < 0.95 * jct["gavel_las_agnostic"]
     makespan = {name: max(d.values()) for name, d in done.items()}
     assert makespan["gavel_makespan"] < min(makespan["gavel_las"], makespan["gavel_las_agnostic"])
+
+
+def test_the_lp_is_solved_by_any_lp_solver_of_the_registry_and_refused_to_one_that_is_not():
+    ri = RoundInput(CLUSTER, tuple(_jobs()), round_s=ROUND_S)
+    by_highs = make_policy("gavel_las").schedule(ri)
+    assert make_policy("gavel_las", {"solver": "appsi_highs"}).schedule(ri).message == by_highs.message  # z, 6 digits
+    with pytest.raises(ConfigError, match="outside the LP"):
+        make_policy("gavel_las", {"solver": "cpsat"}).schedule(ri)
 
 
 def test_priorities_put_the_jobs_behind_their_share_first():

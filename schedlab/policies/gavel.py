@@ -39,16 +39,20 @@ from typing import ClassVar
 
 import numpy as np
 
+from schedlab.errors import ConfigError
 from schedlab.formulations.gavel import GavelInput, MaxMinLP, gavel_input, las_agnostic_lp, las_lp, makespan_lp
 from schedlab.formulations.packing import NodeState
-from schedlab.milp import OPTIMAL
+from schedlab.milp import OPTIMAL, SolveOutcome
 from schedlab.models.efficiency import goodput, submitted_split
 from schedlab.policies.base import HEURISTIC
+from schedlab.solvers.registry import SolverEntry
 from schedlab.solvers.registry import solver as solver_entry
-from schedlab.state import GpuRef, JobAllocation, JobSpec, RoundInput, RoundResult
+from schedlab.state import GpuRef, JobAllocation, JobSpec, RoundInput, RoundResult, Settings
 from schedlab.verify import verify
 
-__all__ = ["GavelLasAgnosticPolicy", "GavelLasPolicy", "GavelMakespanPolicy", "priorities", "take_gang"]
+__all__ = ["LP_TOLERANCE", "GavelLasAgnosticPolicy", "GavelLasPolicy", "GavelMakespanPolicy", "priorities", "take_gang"]
+
+LP_TOLERANCE = 1e-6  # the largest violation of the LP a solver's point may have (HiGHS's is 1e-7)
 
 
 def priorities(x: np.ndarray, received: np.ndarray) -> np.ndarray:
@@ -91,7 +95,8 @@ def _allocation(job: JobSpec, gpu_type: str, gpus: tuple[GpuRef, ...]) -> JobAll
 class GavelLasPolicy:
     """Gavel's heterogeneity-aware LAS realized by its round mechanism (module docstring).
 
-    `solver` names the registry's solver of the LP (an array solver: highs). The policy
+    `solver` names the registry's solver of the LP (one that solves LPs exactly: highs, or a
+    Pyomo solver); `seed` draws the agnostic policy's order of types each round. The policy
     remembers, per job, the rounds it has been seen in and those it ran on each GPU type.
     """
 
@@ -110,19 +115,34 @@ class GavelLasPolicy:
         return las_lp(inp)
 
     def time_fractions(self, round_input: RoundInput, inp: GavelInput) -> tuple[np.ndarray, str]:
-        """X from the LP's two stages, and a line saying how they ended (X = 0 where the first failed)."""
+        """X from the LP's two stages, and a line saying how they ended (X = 0 where the first failed).
+
+        Raises
+        ------
+        ConfigError
+            The solver's point breaks the LP (a solver that does not solve LPs exactly: cpsat
+            scales continuous columns to integers).
+        """
         settings = replace(round_input.settings, solver=self.solver)
         solve = solver_entry(self.solver)
         lp = self.model(inp)
-        first, _ = solve(lp, settings)
+        first = self._solve(solve, lp, settings)
         if first.values is None:
             return np.zeros(inp.throughput.shape), f"gavel LP {first.status}: {first.message}"
         lp2 = lp.second_stage(first.objective)
-        second, _ = solve(lp2, settings)
+        second = self._solve(solve, lp2, settings)
         if second.values is None:
             return lp.time_fractions(first.values), f"gavel LP {first.status}, z = {first.objective:.6g}"
         status = first.status if first.status != OPTIMAL else second.status
         return lp2.time_fractions(second.values), f"gavel LP {status}, z = {first.objective:.6g}"
+
+    def _solve(self, solve: SolverEntry, lp: MaxMinLP, settings: Settings) -> SolveOutcome:
+        """The solver's outcome on one stage, its point checked against the LP's rows and bounds."""
+        outcome, _ = solve(lp, settings)
+        if outcome.values is not None and (broken := lp.arrays().max_violation(outcome.values)) > LP_TOLERANCE:
+            raise ConfigError(f"{self.name}: solver {self.solver!r} answered a point {broken:.2g} outside the LP; "
+                              "use an LP solver: highs, portfolio, appsi_highs or a Pyomo solver")
+        return outcome
 
     def received(self, inp: GavelInput) -> np.ndarray:
         """Each job's share of its rounds so far spent on each type, (jobs, types)."""
