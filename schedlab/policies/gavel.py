@@ -21,8 +21,9 @@ Registered policies:
 gavel_las           heterogeneity-aware LAS (Gavel's max_min_fairness_perf)
 gavel_las_agnostic  heterogeneity-agnostic LAS (Gavel's max_min_fairness): X from the LP that
                     reads every throughput as 1, realized per job over all types together; a
-                    job runs on the first type (in an order drawn anew each round, Gavel's
-                    shuffle of worker types) where its gang fits
+                    job runs on the first type where its gang fits: the one it runs on, then
+                    the others in an order drawn anew each round (Gavel's shuffle of worker
+                    types)
 gavel_makespan      Gavel's makespan (min_total_duration_perf), from remaining_steps
 
 What we changed: the received share counts rounds since the job's arrival (Gavel counts time
@@ -151,15 +152,17 @@ class GavelLasPolicy:
                        dtype=float).reshape(inp.throughput.shape)
         return ran / np.maximum(seen, 1.0)[:, None]
 
-    def _entries(self, inp: GavelInput, x: np.ndarray, received: np.ndarray) -> list[tuple[int, list[int]]]:
-        """(job, the types to try in turn) in priority order (module docstring)."""
+    def _entries(self, inp: GavelInput, x: np.ndarray, received: np.ndarray,
+                 current: dict[int, int]) -> list[tuple[int, list[int]]]:
+        """(job, the types to try in turn) in priority order (module docstring); `current` gives
+        the type a running job runs on, which a type-blind policy tries first (no needless move)."""
         if self.type_blind:
             x, received = x.sum(axis=1, keepdims=True), received.sum(axis=1, keepdims=True)
         prio = priorities(x, received)
         keys = [(-prio[j, c], -x[j, c], received[j].sum(), j, c) for j in range(inp.num_jobs) for c in range(x.shape[1])]
         if self.type_blind:
             order = np.random.default_rng((self.seed, self._rounds)).permutation(inp.num_types).tolist()
-            return [(j, order) for *_, j, _ in sorted(keys)]
+            return [(j, sorted(order, key=lambda t: t != current.get(j))) for *_, j, _ in sorted(keys)]
         return [(j, [c]) for *_, j, c in sorted(keys)]
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
@@ -169,7 +172,11 @@ class GavelLasPolicy:
         x, message = self.time_fractions(round_input, inp)
         free = inp.capacity_gpus.copy()
         chosen: dict[int, int] = {}
-        for j, types in self._entries(inp, x, self.received(inp)):
+        type_index = {name: t for t, name in enumerate(inp.gpu_types)}
+        kinds = {n.id: n.gpu_type for n in round_input.cluster.nodes}
+        current = {j: type_index[kinds[job.current_gpus[0].node]] for j, job in enumerate(round_input.jobs)
+                   if job.current_gpus}
+        for j, types in self._entries(inp, x, self.received(inp), current):
             if j in chosen:
                 continue
             for t in types:
