@@ -13,8 +13,11 @@ from schedlab.formulations.gavel import (
     GavelInput,
     MaxMinLP,
     equal_share_throughput,
+    finish_time_fairness,
+    ftf_lp,
     gang_steps_per_s,
     gavel_input,
+    isolated_throughput,
     las_agnostic_lp,
     las_lp,
     makespan_lp,
@@ -113,6 +116,58 @@ def test_the_agnostic_model_is_blind_to_throughputs():
     assert (las_lp(inp).arrays().A != las_lp(scaled).arrays().A).nnz > 0
 
 
+def _max_z(lp: MaxMinLP) -> float:
+    return solve_highs(lp.arrays(), 30.0, 0.0).objective
+
+
+def _ratios(inp: GavelInput, x: np.ndarray, elapsed_s: np.ndarray, isolated_s: np.ndarray) -> np.ndarray:
+    """rho_j at time fractions x: (e_j + R_j / y_j) / (c_j + R_j / I_j)."""
+    y = (inp.throughput * x).sum(axis=1)
+    R = inp.remaining_steps
+    return (elapsed_s + R / y) / (isolated_s + R / isolated_throughput(inp))
+
+
+def test_finish_time_fairness_has_its_closed_form():
+    # Two alike jobs on one GPU, one step left each; A has waited 4 s. Alone each would get half
+    # the GPU (D = 2 s). rho_A = (4 + 1/y_A) / 2 = rho_B = (1/y_B) / 2 with y_A + y_B = 1 gives
+    # 4 y_A^2 - 2 y_A - 1 = 0: y_A = (1 + sqrt 5) / 4 and rho = the golden ratio squared.
+    inp = _input([[1], [1]], [1], remaining=[1, 1])
+    rho, lp = finish_time_fairness(inp, np.array([4.0, 0.0]), np.zeros(2), _max_z)
+    assert rho == pytest.approx((1 + math.sqrt(5)) / 2 + 1, rel=2e-4)
+    _, x = _solve_second(lp)
+    assert x[:, 0] == pytest.approx([(1 + math.sqrt(5)) / 4, 1 - (1 + math.sqrt(5)) / 4], abs=1e-3)
+
+
+def _solve_second(lp: MaxMinLP) -> tuple[float, np.ndarray]:
+    stage2 = lp.second_stage(1.0)
+    out = solve_highs(stage2.arrays(), 30.0, 0.0)
+    assert out.status == OPTIMAL
+    return out.objective, stage2.time_fractions(out.values)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_no_allocation_has_a_smaller_largest_finish_time_ratio(seed):
+    # The LAS optimum and the isolated split are allocations too: their largest rho is no smaller.
+    rng = np.random.default_rng(seed)
+    inp = _random_input(rng)
+    inp = replace(inp, remaining_steps=rng.uniform(100, 1000, inp.num_jobs),
+                  throughput=np.maximum(inp.throughput, 0.05 * (np.arange(inp.num_types) == 0)))
+    elapsed, alone = rng.uniform(0, 500, inp.num_jobs), rng.uniform(0, 300, inp.num_jobs)
+    rho, lp = finish_time_fairness(inp, elapsed, alone, _max_z)
+    _, x = _solve_second(lp)
+    assert _ratios(inp, x, elapsed, alone).max() == pytest.approx(rho, rel=1e-3)
+    _, las_x = _solve(las_lp(inp))
+    assert _ratios(inp, las_x, elapsed, alone).max() >= rho * (1 - 1e-3)
+
+
+def test_the_isolated_throughput_is_an_equal_split_of_each_type_scaled_to_one_job():
+    # 3 jobs on 6 + 3 GPUs: a 1-GPU job gets 2 + 1 GPUs, more time than it has (sum 3 > 1),
+    # scaled to 2/3 + 1/3; a 3-GPU job gets 2/3 + 1/3 too; a job that cannot run on t1 takes
+    # its 2 GPUs of t0, all of its time there.
+    inp = _input([[3, 6], [3, 6], [3, 0]], [6, 3], scale=[1, 3, 1])
+    assert isolated_throughput(inp).tolist() == pytest.approx([4.0, 4.0, 3.0])
+
+
 def _random_input(rng: np.random.Generator) -> GavelInput:
     J, K = int(rng.integers(1, 8)), int(rng.integers(1, 4))
     T = rng.uniform(0.1, 5.0, (J, K)) * (rng.random((J, K)) > 0.25)
@@ -121,7 +176,13 @@ def _random_input(rng: np.random.Generator) -> GavelInput:
                   remaining=remaining)
 
 
-@pytest.mark.parametrize("build", [las_lp, las_agnostic_lp, makespan_lp])
+def _ftf_at_double_rho(inp: GavelInput) -> MaxMinLP:
+    zeros = np.zeros(inp.num_jobs)
+    rho, _ = finish_time_fairness(inp, zeros, zeros, _max_z, rel_tol=1e-2)
+    return ftf_lp(inp, 2 * rho, zeros, zeros)
+
+
+@pytest.mark.parametrize("build", [las_lp, las_agnostic_lp, makespan_lp, _ftf_at_double_rho])
 @pytest.mark.parametrize("seed", range(6))
 def test_the_pyomo_twin_reaches_the_same_optimum_in_both_stages(build, seed):
     lp = build(_random_input(np.random.default_rng(seed)))

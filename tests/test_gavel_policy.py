@@ -10,7 +10,7 @@ import pytest
 
 from schedlab.clusters import ClusterSpec, NodePool, make_cluster
 from schedlab.errors import ConfigError
-from schedlab.formulations.gavel import gavel_input
+from schedlab.formulations.gavel import gavel_input, isolated_throughput
 from schedlab.models.efficiency import submitted_split
 from schedlab.models.profiles import shipped_profiles
 from schedlab.models.throughput import step_time_s
@@ -58,8 +58,8 @@ def _replay(policy, jobs: list[JobSpec], steps: dict[str, float], rounds: int = 
     left, gpus, done, results = dict(steps), {}, {}, []
     by_id = {j.id: j for j in jobs}
     for k in range(rounds):
-        live = tuple(replace(j, current_gpus=gpus.get(j.id, ()), remaining_steps=left[j.id]) for j in jobs
-                     if j.id not in done)
+        live = tuple(replace(j, current_gpus=gpus.get(j.id, ()), remaining_steps=left[j.id], age_s=k * ROUND_S)
+                     for j in jobs if j.id not in done)
         if not live:
             break
         result = policy.schedule(RoundInput(CLUSTER, live, round_s=ROUND_S))
@@ -90,7 +90,7 @@ def test_the_received_shares_converge_to_the_time_fractions(gangs, num_jobs):
     assert ((x > 0.05) & (x < 0.95)).any()  # X is not all-or-nothing: the mechanism had to share
 
 
-@pytest.mark.parametrize("name", ["gavel_las", "gavel_las_agnostic", "gavel_makespan"])
+@pytest.mark.parametrize("name", ["gavel_las", "gavel_las_agnostic", "gavel_makespan", "gavel_ftf"])
 def test_a_job_runs_its_whole_gang_on_one_type_and_every_job_finishes(name):
     jobs = _jobs()
     done, results = _replay(make_policy(name), jobs, {j.id: 3000.0 for j in jobs})
@@ -102,7 +102,7 @@ def test_a_job_runs_its_whole_gang_on_one_type_and_every_job_finishes(name):
             assert not a.gpus or (len(_type_of(CLUSTER, a)) == 1 and a.num_gpus == by_id[a.job_id].gang_gpus)
 
 
-@pytest.mark.parametrize("name", ["gavel_las", "gavel_las_agnostic", "gavel_makespan"])
+@pytest.mark.parametrize("name", ["gavel_las", "gavel_las_agnostic", "gavel_makespan", "gavel_ftf"])
 def test_a_gang_that_fits_on_one_node_gets_one_node_and_keeps_its_gpus(name):
     jobs = [_job(i, "cifar10", g, 2.0) for i, g in enumerate((4, 2, 1, 1))]  # 8 GPUs wanted of 16
     _, results = _replay(make_policy(name), jobs, {j.id: 1e9 for j in jobs}, rounds=10)
@@ -131,6 +131,17 @@ def test_the_lp_is_solved_by_any_lp_solver_of_the_registry_and_refused_to_one_th
     assert make_policy("gavel_las", {"solver": "appsi_highs"}).schedule(ri).message == by_highs.message  # z, 6 digits
     with pytest.raises(ConfigError, match="outside the LP"):
         make_policy("gavel_las", {"solver": "cpsat"}).schedule(ri)
+
+
+def test_finish_time_fairness_counts_the_seconds_a_jobs_progress_would_have_taken_alone():
+    job = _job(0, "cifar10", 1, 2.0)
+    policy = make_policy("gavel_ftf")
+    _, results = _replay(policy, [job], {job.id: 1e9}, rounds=3)
+    done = sum(_steps_per_s(job, CLUSTER, r.allocations[0]) * ROUND_S for r in results)
+    inp = gavel_input(RoundInput(CLUSTER, (replace(job, remaining_steps=1e9 - done),)))
+    # alone, Gavel's isolated share of the cluster is half of each type (rows capped at 1)
+    assert policy.isolated_s(inp)[0] == pytest.approx(done / isolated_throughput(inp)[0])
+    assert done / isolated_throughput(inp)[0] > 3 * ROUND_S  # it ran on the V100s, faster than alone
 
 
 def test_priorities_put_the_jobs_behind_their_share_first():

@@ -22,14 +22,28 @@ $$
 \text{LAS, heterogeneity-aware:} &\quad a_{jt} = \frac{s_j \, T_{jt}}{w_j \, E_j}, \quad
     E_j = \sum_t T_{jt} \, \frac{n_t}{N}, \quad b_j = 1 \\
 \text{LAS, agnostic:} &\quad \text{the same with } T_{jt} \text{ replaced by } [T_{jt} > 0] \\
-\text{makespan:} &\quad a_{jt} = T_{jt}, \quad b_j = R_j \text{ (steps left)}
+\text{makespan:} &\quad a_{jt} = T_{jt}, \quad b_j = R_j \text{ (steps left)} \\
+\text{finish-time fairness at } \rho: &\quad a_{jt} = T_{jt}, \quad
+    b_j = \frac{R_j}{\rho \, D_j - e_j}, \quad D_j = c_j + \frac{R_j}{I_j}
 \end{aligned}
 $$
 
 $E_j$ is Gavel's equal-share throughput (its ProportionalPolicy: time on each type in proportion
 to the type's GPUs); $s_j$ counts a gang's GPU-time, so a job of 4 GPUs at the same throughput
 owes the cluster 4 times the time of a job of 1. $J^+$: LAS counts the jobs that can run on some
-type ($\max_t a_{jt} > 0$), makespan those with steps left ($R_j > 0$, known).
+type ($\max_t a_{jt} > 0$), makespan and finish-time fairness those with steps left ($R_j > 0$,
+known).
+
+Finish-time fairness (Themis, Mahajan et al., NSDI'20; Gavel's FinishTimeFairnessPolicyWithPerf)
+minimizes the largest $\rho_j = (e_j + R_j / y_j) / D_j$, the job's finish time at its rate
+$y_j = \sum_t T_{jt} X_{jt}$ over its finish time had it run alone on $1/|J|$ of the cluster:
+$e_j$ seconds since it arrived, $c_j$ the seconds its progress so far would have taken alone, $I_j$
+its throughput alone (Gavel's IsolatedPolicy: $X_{jt} = n_t [T_{jt} > 0] / (|J| s_j)$, each row
+scaled down to sum at most 1). $\rho_j \le \rho$ is $y_j \ge R_j / (\rho D_j - e_j)$, linear for
+a fixed $\rho$: the model at $\rho$ is feasible iff its $z^* \ge 1$, which grows with $\rho$, so
+`finish_time_fairness` bisects on $\rho$ between $\max_j (e_j + R_j / \max_t T_{jt}) / D_j$ (every
+job alone on its best type) and $\max_j (e_j + R_j / I_j) / D_j$ (the isolated allocation, feasible)
+and runs stage 2 at the smallest feasible $\rho$ it found with $z^* = 1$.
 
 **Variables**
 
@@ -63,14 +77,15 @@ would finish at these rates (Gavel's MinTotalDuration), so the makespan is $1 / 
 $z = 1 / \text{makespan}$ makes it one LP. Stage 2 (ours) spends the capacity the minimum does
 not need, every job keeping at least its stage-1 rate $z^*$ ((floor)); Gavel leaves it to its
 round mechanism, which runs jobs of priority 0 on GPUs left idle. Jobs that cannot run
-anywhere do not pin $z$ at 0 (Gavel's table has every job on every type). The (runs) rows are
-column bounds. Finish-time fairness (Themis's $\rho$, Gavel's FinishTimeFairness) is not an LP
-in $X$ (its $\rho$ is convex-fractional) and is not here.
+anywhere do not pin $z$ at 0 (Gavel's table has every job on every type), nor do they take
+time in the isolated allocation on types they cannot use. The (runs) rows are column bounds.
+Gavel's finish-time fairness is one convex program (cvxpy, ECOS); here a bisection of LPs.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -87,7 +102,7 @@ if TYPE_CHECKING:
     import pyomo.environ as pyo
 
 __all__ = ["GavelInput", "MaxMinLP", "equal_share_throughput", "gang_steps_per_s", "gavel_input", "las_agnostic_lp",
-           "las_lp", "makespan_lp"]
+           "las_lp", "makespan_lp", "finish_time_fairness", "ftf_lp", "isolated_throughput"]
 
 
 @dataclass(frozen=True)
@@ -317,3 +332,67 @@ def makespan_lp(inp: GavelInput) -> MaxMinLP:
     left = np.full(inp.num_jobs, math.nan) if inp.remaining_steps is None else inp.remaining_steps
     counted = (left > 0) & (inp.throughput.max(axis=1, initial=0.0) > 0)  # NaN > 0 is False
     return MaxMinLP(inp, inp.throughput.copy(), np.where(counted, left, 1.0), counted)
+
+
+def isolated_throughput(inp: GavelInput) -> np.ndarray:
+    """I_j: each job's throughput alone on 1/|J| of the cluster (Gavel's IsolatedPolicy, on the
+    types it can run on): X_jt = n_t [T_jt > 0] / (|J| s_j), each row scaled to sum at most 1."""
+    runs = inp.throughput > 0
+    x = inp.capacity_gpus[None, :] * runs / (max(inp.num_jobs, 1) * inp.scale[:, None])
+    x /= np.maximum(x.sum(axis=1), 1.0)[:, None]
+    return (inp.throughput * x).sum(axis=1)
+
+
+def _ftf_terms(inp: GavelInput, isolated_s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """J+ of finish-time fairness (jobs with known steps left that can run somewhere), R_j and
+    D_j = c_j + R_j / I_j (0 outside J+)."""
+    left = np.full(inp.num_jobs, math.nan) if inp.remaining_steps is None else inp.remaining_steps
+    counted = (left > 0) & (inp.throughput.max(axis=1, initial=0.0) > 0)  # NaN > 0 is False
+    left = np.where(counted, left, 0.0)
+    alone = isolated_throughput(inp)
+    return counted, left, np.where(counted, isolated_s + left / np.where(counted, alone, 1.0), 0.0)
+
+
+def ftf_lp(inp: GavelInput, rho: float, elapsed_s: np.ndarray, isolated_s: np.ndarray) -> MaxMinLP:
+    """The finish-time-fairness model at `rho` (module docstring): feasible iff its z* >= 1.
+
+    Parameters
+    ----------
+    inp : GavelInput
+        The round, with remaining_steps (R_j).
+    rho : float
+        The largest finish-time ratio allowed; rho D_j > e_j for every job of J+.
+    elapsed_s, isolated_s : ndarray, shape (jobs,)
+        e_j, seconds since each job arrived; c_j, the seconds its progress so far would have
+        taken alone.
+
+    Raises
+    ------
+    ValueError
+        Some job has waited too long to finish by `rho` (rho D_j <= e_j).
+    """
+    counted, left, whole_s = _ftf_terms(inp, isolated_s)
+    horizon = rho * whole_s - elapsed_s  # rho D_j - e_j
+    if (horizon[counted] <= 0).any():
+        raise ValueError(f"finish-time fairness: rho = {rho} is below what a job that has waited allows")
+    return MaxMinLP(inp, inp.throughput.copy(), np.where(counted, left / np.where(counted, horizon, 1.0), 1.0), counted)
+
+
+def finish_time_fairness(inp: GavelInput, elapsed_s: np.ndarray, isolated_s: np.ndarray,
+                         max_z: Callable[[MaxMinLP], float], rel_tol: float = 1e-4) -> tuple[float, MaxMinLP]:
+    """The smallest rho (within `rel_tol`) at which `ftf_lp` is feasible, and its model (module
+    docstring's bisection); `max_z` solves a model's stage 1 and returns its z* (a solver of the
+    caller's choice: formulations do not solve). Without a job in J+: rho 0 and a model of none."""
+    counted, left, whole_s = _ftf_terms(inp, isolated_s)
+    if not counted.any():
+        return 0.0, MaxMinLP(inp, inp.throughput.copy(), np.ones(inp.num_jobs), counted)
+    e, R, D = elapsed_s[counted], left[counted], whole_s[counted]
+    lo = float(((e + R / inp.throughput[counted].max(axis=1)) / D).max())
+    hi = float(((e + R / isolated_throughput(inp)[counted]) / D).max())  # the isolated allocation meets it
+    while hi - lo > rel_tol * hi:
+        mid = (lo + hi) / 2
+        if (mid * D > e).all() and max_z(ftf_lp(inp, mid, elapsed_s, isolated_s)) >= 1.0 - 1e-9:
+            hi = mid
+        else:
+            lo = mid
+    return hi, ftf_lp(inp, hi, elapsed_s, isolated_s)

@@ -25,6 +25,9 @@ gavel_las_agnostic  heterogeneity-agnostic LAS (Gavel's max_min_fairness): X fro
                     the others in an order drawn anew each round (Gavel's shuffle of worker
                     types)
 gavel_makespan      Gavel's makespan (min_total_duration_perf), from remaining_steps
+gavel_ftf           Gavel's finish-time fairness (finish_time_fairness_perf), from
+                    remaining_steps and each job's age; the seconds its progress would have
+                    taken alone accumulate round by round, as Gavel's do
 
 What we changed: the received share counts rounds since the job's arrival (Gavel counts time
 since its last allocation reset and carries deficits as a tie-break); both LPs run a second
@@ -41,7 +44,16 @@ from typing import ClassVar
 import numpy as np
 
 from schedlab.errors import ConfigError
-from schedlab.formulations.gavel import GavelInput, MaxMinLP, gavel_input, las_agnostic_lp, las_lp, makespan_lp
+from schedlab.formulations.gavel import (
+    GavelInput,
+    MaxMinLP,
+    finish_time_fairness,
+    gavel_input,
+    isolated_throughput,
+    las_agnostic_lp,
+    las_lp,
+    makespan_lp,
+)
 from schedlab.formulations.packing import NodeState
 from schedlab.milp import OPTIMAL, SolveOutcome
 from schedlab.models.efficiency import goodput, submitted_split
@@ -51,7 +63,8 @@ from schedlab.solvers.registry import solver as solver_entry
 from schedlab.state import GpuRef, JobAllocation, JobSpec, RoundInput, RoundResult, Settings
 from schedlab.verify import verify
 
-__all__ = ["LP_TOLERANCE", "GavelLasAgnosticPolicy", "GavelLasPolicy", "GavelMakespanPolicy", "priorities", "take_gang"]
+__all__ = ["LP_TOLERANCE", "GavelFtfPolicy", "GavelLasAgnosticPolicy", "GavelLasPolicy", "GavelMakespanPolicy", "priorities",
+           "take_gang"]
 
 LP_TOLERANCE = 1e-6  # the largest violation of the LP a solver's point may have (HiGHS's is 1e-7)
 
@@ -244,3 +257,51 @@ class GavelMakespanPolicy(GavelLasPolicy):
     def model(self, inp: GavelInput) -> MaxMinLP:
         """The makespan LP (`makespan_lp`)."""
         return makespan_lp(inp)
+
+
+@dataclass
+class GavelFtfPolicy(GavelLasPolicy):
+    """Gavel's finish-time fairness realized by the round mechanism (module docstring): X at the
+    smallest largest finish-time ratio rho (formulations.gavel.finish_time_fairness). The policy
+    also remembers each job's steps left and throughput alone last round, and the seconds its
+    progress so far would have taken alone (c_j)."""
+
+    name: ClassVar[str] = "gavel_ftf"
+    _alone_s: dict[str, float] = field(default_factory=dict)
+    _last: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def isolated_s(self, inp: GavelInput) -> np.ndarray:
+        """c_j: last round's c_j plus the steps done since at last round's throughput alone."""
+        left = np.full(inp.num_jobs, math.nan) if inp.remaining_steps is None else inp.remaining_steps
+        out = np.zeros(inp.num_jobs)
+        for j, job_id in enumerate(inp.job_ids):
+            before, alone = self._last.get(job_id, (math.nan, 0.0))
+            done = before - left[j]
+            out[j] = self._alone_s.get(job_id, 0.0) + (done / alone if alone > 0 and done > 0 else 0.0)
+        return out
+
+    def time_fractions(self, round_input: RoundInput, inp: GavelInput) -> tuple[np.ndarray, str]:
+        """X from the bisection on rho and stage 2 at the rho found (X = 0 where stage 2 fails).
+
+        Raises
+        ------
+        ConfigError
+            The solver's point breaks the LP (as GavelLasPolicy.time_fractions).
+        """
+        settings = replace(round_input.settings, solver=self.solver)
+        solve = solver_entry(self.solver)
+        elapsed_s = np.array([job.age_s for job in round_input.jobs], dtype=float)
+        rho, lp = finish_time_fairness(inp, elapsed_s, self.isolated_s(inp),
+                                       lambda lp: self._solve(solve, lp, settings).objective)
+        second = self._solve(solve, lp.second_stage(1.0), settings)
+        if second.values is None:
+            return np.zeros(inp.throughput.shape), f"gavel FTF {second.status}: {second.message}"
+        return lp.time_fractions(second.values), f"gavel FTF {second.status}, rho = {rho:.6g}"
+
+    def _remember(self, inp: GavelInput, chosen: dict[int, int]) -> None:
+        """GavelLasPolicy's counts, and this round's c_j, steps left and throughput alone."""
+        alone_s, throughput = self.isolated_s(inp), isolated_throughput(inp)
+        left = np.full(inp.num_jobs, math.nan) if inp.remaining_steps is None else inp.remaining_steps
+        self._alone_s = dict(zip(inp.job_ids, alone_s.tolist()))
+        self._last = {job_id: (float(r), float(i)) for job_id, r, i in zip(inp.job_ids, left, throughput)}
+        super()._remember(inp, chosen)
