@@ -29,9 +29,11 @@ gavel_ftf           Gavel's finish-time fairness (finish_time_fairness_perf), fr
                     remaining_steps and each job's age; the seconds its progress would have
                     taken alone accumulate round by round, as Gavel's do
 
-What we changed: the received share counts rounds since the job's arrival (Gavel counts time
-since its last allocation reset and carries deficits as a tie-break); both LPs run a second
-stage that spends capacity the max-min does not need (formulations.gavel).
+What we changed: the received share counts the rounds the policy has seen the job in (Gavel
+counts time since its last allocation reset and carries deficits as a tie-break); every LP runs
+a second stage that spends capacity the max-min does not need (formulations.gavel). As in
+Gavel, the LP's capacity is fluid: where gangs of different sizes share a type, whole rounds may
+not realize X exactly (a 4-GPU gang needs 4 GPUs free at once), and the shares come close.
 """
 
 from __future__ import annotations
