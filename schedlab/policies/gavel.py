@@ -140,21 +140,25 @@ class GavelLasPolicy:
             scales continuous columns to integers).
         """
         settings = replace(round_input.settings, solver=self.solver)
+        deadline_s = time.perf_counter() + settings.time_limit_s
         solve = solver_entry(self.solver)
         lp = self.model(inp)
-        first = self._solve(solve, lp, settings)
+        first = self._solve(solve, lp, settings, deadline_s)
         if first.values is None:
             return np.zeros(inp.throughput.shape), f"gavel LP {first.status}: {first.message}"
         lp2 = lp.second_stage(first.objective)
-        second = self._solve(solve, lp2, settings)
+        second = self._solve(solve, lp2, settings, deadline_s)
         if second.values is None:
             return lp.time_fractions(first.values), f"gavel LP {first.status}, z = {first.objective:.6g}"
         status = first.status if first.status != OPTIMAL else second.status
         return lp2.time_fractions(second.values), f"gavel LP {status}, z = {first.objective:.6g}"
 
-    def _solve(self, solve: SolverEntry, lp: MaxMinLP, settings: Settings) -> SolveOutcome:
-        """The solver's outcome on one stage, its point checked against the LP's rows and bounds."""
-        outcome, _ = solve(lp, settings)
+    def _solve(self, solve: SolverEntry, lp: MaxMinLP, settings: Settings, deadline_s: float) -> SolveOutcome:
+        """The solver's outcome on one LP within what is left of the round's limit (every LP of
+        a round shares it; `deadline_s` a perf_counter time), its point checked against the
+        LP's rows and bounds."""
+        left_s = max(deadline_s - time.perf_counter(), 1e-3)
+        outcome, _ = solve(lp, replace(settings, time_limit_s=left_s))
         if outcome.values is not None and (broken := lp.arrays().max_violation(outcome.values)) > LP_TOLERANCE:
             raise ConfigError(f"{self.name}: solver {self.solver!r} answered a point {broken:.2g} outside the LP; "
                               "use an LP solver: highs, portfolio, appsi_highs or a Pyomo solver")
@@ -291,11 +295,12 @@ class GavelFtfPolicy(GavelLasPolicy):
             The solver's point breaks the LP (as GavelLasPolicy.time_fractions).
         """
         settings = replace(round_input.settings, solver=self.solver)
+        deadline_s = time.perf_counter() + settings.time_limit_s
         solve = solver_entry(self.solver)
         elapsed_s = np.array([job.age_s for job in round_input.jobs], dtype=float)
         rho, lp = finish_time_fairness(inp, elapsed_s, self.isolated_s(inp),
-                                       lambda lp: self._solve(solve, lp, settings).objective)
-        second = self._solve(solve, lp.second_stage(1.0), settings)
+                                       lambda lp: self._solve(solve, lp, settings, deadline_s).objective)
+        second = self._solve(solve, lp.second_stage(1.0), settings, deadline_s)
         if second.values is None:
             return np.zeros(inp.throughput.shape), f"gavel FTF {second.status}: {second.message}"
         return lp.time_fractions(second.values), f"gavel FTF {second.status}, rho = {rho:.6g}"
