@@ -134,13 +134,17 @@ def test_the_greedy_fallback_keeps_the_pinned_job_and_honours_the_types(formulat
     _check_mixed_answer(ri, model.decode(model.fallback()))
 
 
-def test_the_pyomo_twin_fixes_the_pinned_job_as_the_arrays_do():
-    raw = mixed_round()
+@pytest.mark.parametrize("formulation", ["goodput", "joint"])
+def test_the_pyomo_twin_fixes_the_pinned_job_as_the_arrays_do(formulation):
+    raw = mixed_round(formulation)
     arrays = solve_round(raw, solver="highs")
     twin = solve_round(raw, solver="appsi_highs")
     assert twin.status == "optimal"
     assert twin.objective == pytest.approx(arrays.objective, rel=1e-6)
     _check_mixed_answer(parse_round_input(raw), twin.allocations)
+    held = solve_round(_held_node_round(True, formulation), solver="appsi_highs")
+    assert held.status == "optimal"  # not the greedy's answer after verify refused the solver's
+    assert held.allocation("old").gpus == (GpuRef("n0", 0), GpuRef("n0", 1))
 
 
 def _one_job_round(pinned: bool, formulation: str = "goodput") -> dict:
@@ -162,20 +166,21 @@ def test_a_pinned_job_stays_where_the_unpinned_one_would_move(formulation):
     assert not kept.allocation("a").restarted
 
 
+def _held_node_round(pinned: bool, formulation: str) -> dict:
+    """A job that cannot move (restarted too often) holds a 2-GPU node; unpinned, the round is
+    worth more with it out and a new job on both GPUs."""
+    return {"cluster": {"nodes": [{"id": "n0", "gpus": 2}]},
+            "jobs": [{"id": "old", "application": "yolov3",
+                      "current_gpus": [{"node": "n0", "gpu": 0}, {"node": "n0", "gpu": 1}],
+                      "age_s": 1, "num_restarts": 5, "pinned": pinned},
+                     {"id": "new", "application": "cifar10"}],
+            "settings": {"formulation": formulation}}
+
+
 @pytest.mark.parametrize("formulation", ["goodput", "joint"])
 def test_a_pinned_job_is_never_left_unallocated(formulation):
-    # a job that cannot move (restarted too often) holds the node; unpinned, the round is worth
-    # more with it out and the new job on both GPUs
-    def one_node(pinned: bool) -> dict:
-        return {"cluster": {"nodes": [{"id": "n0", "gpus": 2}]},
-                "jobs": [{"id": "old", "application": "yolov3", "current_gpus": [{"node": "n0", "gpu": 0},
-                                                                                 {"node": "n0", "gpu": 1}],
-                          "age_s": 1, "num_restarts": 5, "pinned": pinned},
-                         {"id": "new", "application": "cifar10"}],
-                "settings": {"formulation": formulation}}
-
-    assert solve_round(one_node(False)).allocation("old").gpus == ()
-    result = solve_round(one_node(True))
+    assert solve_round(_held_node_round(False, formulation)).allocation("old").gpus == ()
+    result = solve_round(_held_node_round(True, formulation))
     assert result.status == "optimal"
     assert result.allocation("old").gpus == (GpuRef("n0", 0), GpuRef("n0", 1))
     assert result.allocation("new").gpus == ()
