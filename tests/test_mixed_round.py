@@ -4,6 +4,8 @@ per-type batch limits, a type a job has no fitted model for, and a pinned job, i
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -118,6 +120,17 @@ def test_the_mixed_round_through_json_and_from_python_gives_the_same_verified_an
     jsonschema.validate(out, _schema("round_result.schema.json"))
     assert [a["projected"] for a in out["allocations"]] == [a.projected for a in from_json.allocations]
     assert round_result_from_dict(json.loads(json.dumps(out))).allocations == from_json.allocations
+
+
+def test_schedlab_solve_answers_the_mixed_round_from_its_file(tmp_path):
+    path = tmp_path / "mixed.json"
+    path.write_text(json.dumps(mixed_round()))
+    out = subprocess.run([sys.executable, "-m", "schedlab.cli", "solve", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    jsonschema.validate(result, _schema("round_result.schema.json"))
+    assert result["status"] == "optimal"
+    _check_mixed_answer(parse_round_input(mixed_round()), round_result_from_dict(result).allocations)
 
 
 def test_a_result_written_before_the_projected_flag_reads_back_unprojected():
