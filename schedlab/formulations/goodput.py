@@ -56,9 +56,12 @@ $$
 &\text{(minspd)} && t \le \sum_{c \in C_j} s'_c \, x_c
                  && j \in J \text{ (max-min)} \\
 &\text{(pin)}    && x_c = 1
-                 && c \in \mathit{Stay} \text{ of a pinned job (its only option, options.pinned_stays)}
+                 && c \in \mathit{Stay} \text{ of a pinned job}
 \end{aligned}
 $$
+
+(pin) holds a pinned job on its current GPUs: its stay is its only option
+(options.pinned_stays), a column bound rather than a row.
 
 **Why (level) is exact.** Let $r_k$ be node $k$'s GPUs not held by stayers. Items whose sizes
 form a divisibility chain pack into nodes with free $r_k$ iff for every level $d$ the items of

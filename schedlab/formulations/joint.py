@@ -109,9 +109,12 @@ $$
 &\text{(minspd)} && t \le \sum_{c \in C_j} s'_c \, x_c
                  && j \in J \text{ (max-min)} \\
 &\text{(pin)}    && x_c = 1
-                 && c \text{ the stay option of a pinned job (its only option, options.pinned_stays)}
+                 && c \text{ the stay option of a pinned job}
 \end{aligned}
 $$
+
+(pin) holds a pinned job on its current GPUs: its stay is its only option
+(options.pinned_stays), a column bound rather than a row.
 
 **Why it is exact.** A single option is worth what its demand's size and tier give, and so is
 every slot serving that demand, so (demand) lets any job take any such slot: matching the chosen
