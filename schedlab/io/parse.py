@@ -255,20 +255,21 @@ def _parse_cluster(ck: Checker, raw: Any) -> Cluster:
     if not nodes and not ck.problems:
         ck.bad("cluster.nodes", "must list at least one node, e.g. [{\"id\": \"n0\", \"gpus\": 4}]")
     topology = _parse_topology(ck, raw["topology"], [n.id for n in nodes]) if "topology" in raw else None
-    gpu_speed = _parse_gpu_speed(ck, raw.get("gpu_speed", {}), {n.gpu_type for n in nodes})
+    gpu_speed = _parse_gpu_speed(ck, raw.get("gpu_speed", {}))
     return Cluster(tuple(nodes), topology, gpu_speed)
 
 
-def _parse_gpu_speed(ck: Checker, raw: Any, gpu_types: set[str]) -> dict[str, float]:
-    """{GPU type: relative speed}, each a type of the cluster's nodes with a positive speed."""
+def _parse_gpu_speed(ck: Checker, raw: Any) -> dict[str, float]:
+    """{GPU type: relative speed}, each positive; a type the cluster's nodes lack is allowed (a
+    speed table shared by clusters), a job fitted on it projecting from it."""
     where = "cluster.gpu_speed"
     raw = ck.mapping(raw, where)
     out = {}
     for gpu_type, speed in raw.items():
-        if gpu_type not in gpu_types:
-            ck.bad(where, f"unknown GPU type {show(gpu_type)}; the cluster's nodes have {', '.join(sorted(gpu_types))}")
+        if not isinstance(gpu_type, str):
+            ck.bad(where, f"GPU type {show(gpu_type)} must be a string")
             continue
-        value = ck.number({gpu_type: speed}, gpu_type, where, minimum=None, positive=True, maximum=_MAX_SPEED)
+        value = ck.number({gpu_type: speed}, gpu_type, where, positive=True, maximum=_MAX_SPEED)
         if value is not None:
             out[gpu_type] = value
     return out
