@@ -1,33 +1,39 @@
 """The placement problem (PAL, Jain et al. SC'24): jobs of fixed GPU counts onto concrete GPUs.
 
-A `PlacementInput` holds the GPUs the chosen jobs may use (each on a node, with a slowdown per
-application class) and the jobs, every one to be placed on exactly `num_gpus` of them. A
-placement (`Placement`) maps each job id to its GPU ids. Its worth (`placement_objective`) is
-the weighted sum of the jobs' speeds (`job_speed`: 1 / (worst slowdown x locality factor)), less
-the restart penalty of each running job it moves. The exact model (formulations.placement),
+A `PlacementInput` holds the GPUs the chosen jobs may use (each on a node, of a GPU type, with a
+slowdown per application class) and the jobs, every one to be placed on exactly `num_gpus` of
+them, all of one GPU type it can run on. A placement (`Placement`) maps each job id to its GPU
+ids. Its worth (`placement_objective`) is the weighted sum of the jobs' speeds (`job_speed`:
+1 / (worst effective slowdown x locality factor)), less the restart penalty of each running job
+it moves. A GPU's effective slowdown for a job is its slowdown within its type divided by the
+job's relative speed on that type (`PlacementJob.speed_on`; 1 on a cluster of one type), so
+PAL's slowdowns compare GPUs of one type and the type's speed compares types. The exact model (formulations.placement),
 PAL's greedy (formulations.placement_greedy), the windows (formulations.placement_windows) and
 the placement policies (policies.placement) all solve this one problem.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from schedlab.errors import InputError
 
-__all__ = ["Placement", "PlacementGpu", "PlacementInput", "PlacementJob", "job_speed", "placement_objective"]
+__all__ = ["Placement", "PlacementGpu", "PlacementInput", "PlacementJob", "effective_slowdown", "job_speed",
+           "placement_objective"]
 
 Placement = dict[str, tuple[str, ...]]  # job id -> GPU ids
 
 
 @dataclass(frozen=True)
 class PlacementGpu:
-    """One GPU: its id, its node's id and its slowdown per application class."""
+    """One GPU: its id, its node's id, its slowdown per application class and its GPU type."""
 
     id: str
     node: str
-    slowdown: Mapping[str, float]  # application class -> factor (1 = typical, higher = slower)
+    slowdown: Mapping[str, float]  # application class -> factor within its type (1 = typical, higher = slower)
+    gpu_type: str = "default"
 
 
 @dataclass(frozen=True)
@@ -35,7 +41,9 @@ class PlacementJob:
     """One job to place on exactly `num_gpus` GPUs.
 
     Its application class says whose slowdowns apply; `current_gpus` are the GPU ids it runs
-    on now (empty: waiting); `weight` is w_j, its weight in the objective.
+    on now (empty: waiting); `weight` is w_j, its weight in the objective. `type_speed` lists
+    (GPU type, r) for the types it can run on, r its speed there relative to its fastest type
+    (in (0, 1]); empty, it runs on every type at r = 1 (a cluster of one type).
     """
 
     id: str
@@ -43,6 +51,13 @@ class PlacementJob:
     app_class: str
     current_gpus: tuple[str, ...] = ()
     weight: float = 1.0
+    type_speed: tuple[tuple[str, float], ...] = ()
+
+    def speed_on(self, gpu_type: str) -> float:
+        """r, the job's relative speed on GPUs of `gpu_type`: 0 where it cannot run (type_speed)."""
+        if not self.type_speed:
+            return 1.0
+        return next((r for t, r in self.type_speed if t == gpu_type), 0.0)
 
     def moved_to(self, gpu_ids: tuple[str, ...]) -> bool:
         """Whether placing the job on `gpu_ids` moves it: it runs now, on other GPUs.
@@ -72,8 +87,8 @@ class PlacementInput:
     Raises
     ------
     InputError
-        When the jobs need more GPUs than offered, a GPU is current for two jobs, or a GPU has
-        no slowdown for a class in play.
+        When the jobs need more GPUs than offered, a GPU is current for two jobs, a GPU has no
+        slowdown for a class in play, or no GPU type a job can run on has its GPUs.
     """
 
     gpus: tuple[PlacementGpu, ...]  # the GPUs the chosen jobs may use
@@ -100,6 +115,12 @@ class PlacementInput:
             missing = next((g for g in self.gpus if c not in g.slowdown), None)
             if missing is not None:
                 raise InputError([f"placement: GPU {missing.id} has no slowdown for class {c!r} (job {j.id})"])
+        per_type = Counter(g.gpu_type for g in self.gpus)
+        short = [f"placement: job {j.id} needs {j.num_gpus} GPUs of one type it can run on; its types offer at most "
+                 f"{max((n for t, n in per_type.items() if j.speed_on(t) > 0), default=0)}"
+                 for j in self.jobs if not any(n >= j.num_gpus and j.speed_on(t) > 0 for t, n in per_type.items())]
+        if short:
+            raise InputError(short)
 
     def node_of(self, gpu: str) -> str:
         """The node of GPU id `gpu`."""
@@ -113,14 +134,21 @@ class PlacementInput:
         return out
 
 
+def effective_slowdown(job: PlacementJob, gpu: PlacementGpu) -> float:
+    """The GPU's slowdown for the job over the job's relative speed on its type (inf where it cannot run)."""
+    r = job.speed_on(gpu.gpu_type)
+    return gpu.slowdown[job.app_class] / r if r > 0 else float("inf")
+
+
 def job_speed(pi: PlacementInput, job: PlacementJob, gpu_ids: tuple[str, ...]) -> float:
-    """A job's speed on `gpu_ids`: 1 / (worst slowdown of its GPUs x locality factor).
+    """A job's speed on `gpu_ids`: 1 / (worst effective slowdown of its GPUs x locality factor).
 
     The data-parallel job runs at the speed of its slowest GPU (PAL); the locality factor is
-    `across_node` when its GPUs span nodes, else 1. A job on typical GPUs of one node runs at 1.
+    `across_node` when its GPUs span nodes, else 1. A job on typical GPUs of one node of its
+    fastest type runs at 1; on a type it cannot run on, at 0.
     """
     chosen = [pi.gpu_index[g] for g in gpu_ids]
-    worst = max(g.slowdown[job.app_class] for g in chosen)
+    worst = max(effective_slowdown(job, g) for g in chosen)
     spread = pi.across_node if len({g.node for g in chosen}) > 1 else 1.0
     return 1.0 / (worst * spread)
 

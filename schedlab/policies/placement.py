@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import time
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
@@ -34,17 +35,17 @@ from typing import ClassVar
 import numpy as np
 
 from schedlab.api import solve_round
-from schedlab.errors import ConfigError
+from schedlab.errors import ConfigError, InputError
 from schedlab.formulations.placement_greedy import pal_greedy
 from schedlab.formulations.placement_problem import Placement, PlacementInput, PlacementJob, placement_objective
-from schedlab.formulations.placement_round import placement_view
+from schedlab.formulations.placement_round import placement_view, type_speeds
 from schedlab.policies.base import HEURISTIC
 from schedlab.state import JobAllocation, JobSpec, RoundInput, RoundResult, Settings
 from schedlab.verify import verify
 
 __all__ = ["QUEUE_ORDERS", "ExactPlacementPolicy", "GreedyPlacementPolicy", "MilpCpsatPolicy", "MilpPolicy",
            "PackedNonstickyPolicy", "PackedStickyPolicy", "PalPolicy", "PlacementPolicy", "PmFirstPolicy",
-           "RandomPlacementPolicy", "gang_round", "packed_nonsticky", "packed_sticky", "pal_queue", "pm_first",
+           "RandomPlacementPolicy", "gang_round", "one_type", "packed_nonsticky", "packed_sticky", "pal_queue", "pm_first",
            "pm_take", "random_placement"]
 
 
@@ -56,13 +57,39 @@ def _sf(pi: PlacementInput, job: PlacementJob, gpu: str) -> float:
     return pi.gpu_index[gpu].slowdown[job.app_class]
 
 
+def _fitting_types(pi: PlacementInput, job: PlacementJob, free: list[str]) -> dict[str, list[str]]:
+    """The free GPUs of each GPU type the job can run on that has its GPUs free (InputError if none)."""
+    by_type: dict[str, list[str]] = {}
+    for g in free:
+        by_type.setdefault(pi.gpu_index[g].gpu_type, []).append(g)
+    fits = {t: gs for t, gs in by_type.items() if len(gs) >= job.num_gpus and job.speed_on(t) > 0}
+    if not fits:
+        raise InputError([f"placement: job {job.id} needs {job.num_gpus} GPUs of one type it can run on and no such "
+                          "type has them free after the jobs placed before it; give the round fewer jobs"])
+    return fits
+
+
+def one_type(pi: PlacementInput, job: PlacementJob, free: list[str]) -> list[str]:
+    """The free GPUs of the one GPU type a type-blind placement puts the job on, in `free`'s order.
+
+    Of the types the job can run on with its GPUs free, the fastest for it (PlacementJob.speed_on;
+    ties: the most free GPUs, then the type's name): every GPU of `free` on a cluster of one type.
+    """
+    fits = _fitting_types(pi, job, free)
+    if len(fits) == 1:
+        return next(iter(fits.values()))
+    return fits[min(fits, key=lambda t: (-job.speed_on(t), -len(fits[t]), t))]
+
+
 def pm_take(pi: PlacementInput, job: PlacementJob, free: list[str]) -> list[str]:
     """PM-First's GPUs for one job: lowest slowdown first, packed on a node where ties allow.
 
-    The free GPUs ranked by (the job class's slowdown, minus the GPUs of the same node at that
-    slowdown, node id, GPU id); the job takes the first `num_gpus`. Preferring the node with
-    the most equally fast GPUs keeps a job on one node when one holds enough of them.
+    The free GPUs (of the job's fastest type with room, `one_type`) ranked by (the job class's
+    slowdown, minus the GPUs of the same node at that slowdown, node id, GPU id); the job takes
+    the first `num_gpus`. Preferring the node with the most equally fast GPUs keeps a job on one
+    node when one holds enough of them.
     """
+    free = one_type(pi, job, free)
     per_node = pi.by_node(free)
     same = {g: sum(1 for h in per_node[pi.node_of(g)] if _sf(pi, job, h) == _sf(pi, job, g)) for g in free}
     ranked = sorted(free, key=lambda g: (_sf(pi, job, g), -same[g], pi.node_of(g), g))
@@ -82,8 +109,8 @@ def pm_first(pi: PlacementInput, rng: np.random.Generator) -> Placement:
 
 
 def _pack(pi: PlacementInput, job: PlacementJob, free: list[str]) -> list[str]:
-    """Fewest nodes: the tightest node that fits, else the nodes with the most free GPUs."""
-    per_node = pi.by_node(free)
+    """Fewest nodes of one type (`one_type`): the tightest node that fits, else the nodes with the most free GPUs."""
+    per_node = pi.by_node(one_type(pi, job, free))
     fits = [gs for gs in per_node.values() if len(gs) >= job.num_gpus]
     if fits:
         tightest = min(fits, key=lambda gs: (len(gs), pi.node_of(gs[0])))
@@ -99,12 +126,14 @@ def _pack(pi: PlacementInput, job: PlacementJob, free: list[str]) -> list[str]:
 def packed_sticky(pi: PlacementInput, rng: np.random.Generator) -> Placement:
     """Packed, sticky: running jobs keep their GPUs, new ones go on the fewest nodes, slowdowns ignored.
 
-    A running job keeps its current GPUs when they are all offered and as many as it needs;
+    A running job keeps its current GPUs when they are all offered, as many as it needs and of
+    one type it can run on;
     every other job, in input order, takes the tightest node that fits it, else the nodes with
     the most free GPUs (`_pack`). `rng` is unused.
     """
     out = {j.id: tuple(sorted(j.current_gpus)) for j in pi.jobs
-           if j.current_gpus and len(j.current_gpus) == j.num_gpus and all(g in pi.gpu_index for g in j.current_gpus)}
+           if j.current_gpus and len(j.current_gpus) == j.num_gpus and all(g in pi.gpu_index for g in j.current_gpus)
+           and len(kinds := {pi.gpu_index[g].gpu_type for g in j.current_gpus}) == 1 and j.speed_on(kinds.pop()) > 0}
     free = [g for g in _free(pi) if all(g not in gs for gs in out.values())]
     for job in pi.jobs:
         if job.id not in out:
@@ -127,11 +156,18 @@ def packed_nonsticky(pi: PlacementInput, rng: np.random.Generator) -> Placement:
 
 
 def random_placement(pi: PlacementInput, rng: np.random.Generator) -> Placement:
-    """Uniformly random GPUs: one permutation of the offered GPUs, drawn from `rng`, dealt to the jobs in input order."""
-    free, out = list(rng.permutation(_free(pi))), {}
+    """Uniformly random GPUs: one permutation of the offered GPUs, drawn from `rng`, dealt to the jobs in input order.
+
+    On a cluster of several GPU types each job takes the first GPUs of the permutation of one
+    type it can run on with room, a type drawn uniformly from `rng`.
+    """
+    free, out = [str(g) for g in rng.permutation(_free(pi))], {}
     for job in pi.jobs:
-        out[job.id] = tuple(sorted(str(g) for g in free[: job.num_gpus]))
-        free = free[job.num_gpus:]
+        fits = _fitting_types(pi, job, free)
+        mine = fits[sorted(fits)[int(rng.integers(len(fits)))]] if len(fits) > 1 else next(iter(fits.values()))
+        out[job.id] = tuple(sorted(mine[: job.num_gpus]))
+        taken = set(out[job.id])
+        free = [g for g in free if g not in taken]
     return out
 
 
@@ -148,7 +184,10 @@ def pal_queue(round_input: RoundInput, order: str, backfill: bool = False) -> di
 
     Jobs are taken in `order` (ties: oldest first, then input order) while their GPUs
     (JobSpec.gang_gpus) fit in the cluster's GPUs left; the first that does not fit stops the
-    queue, unless `backfill`, which goes on with the jobs behind it.
+    queue, unless `backfill`, which goes on with the jobs behind it. On a cluster of several GPU
+    types a job fits when a type it can run on has its GPUs left, and counts against the fastest
+    such type for it (placement_round.type_speeds; ties: the most left, then the name), so the
+    jobs chosen fit on their types together.
 
     Parameters
     ----------
@@ -164,12 +203,16 @@ def pal_queue(round_input: RoundInput, order: str, backfill: bool = False) -> di
     dict[str, int]
         Job id -> GPUs, for the jobs that run, in queue order.
     """
-    key, left, counts = QUEUE_ORDERS[order], round_input.cluster.total_gpus, {}
+    key, left, counts = QUEUE_ORDERS[order], Counter[str](), {}
+    for node in round_input.cluster.nodes:
+        left[node.gpu_type] += node.gpus
     for job in sorted(round_input.jobs, key=lambda j: (key(j), -j.age_s)):
         size = job.gang_gpus
-        if size <= left:
+        speeds = dict(type_speeds(round_input, job)) or dict.fromkeys(left, 1.0)
+        fits = [t for t, r in speeds.items() if left[t] >= size]
+        if fits:
             counts[job.id] = size
-            left -= size
+            left[min(fits, key=lambda t: (-speeds[t], -left[t], t))] -= size
         elif not backfill:
             break
     return counts
