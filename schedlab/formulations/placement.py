@@ -193,14 +193,16 @@ class ModelSets:
     current: tuple[dict[int, int] | None, ...]  # per job: cur_jk (group -> GPUs) if in S, else None
     gpu_types: tuple[str, ...]  # Theta, the GPU types offered
     type_of: np.ndarray  # theta(k), an index of gpu_types
+    usable_nodes: tuple[np.ndarray, ...]  # per job: whether each node holds a group of K_j
+    bounds: tuple[list[float], ...]  # per job: bound(j, k) of every group k
 
     def bound(self, j: int, k: int) -> float:
         """min(cap_k, G_j) for k in K_j, else 0: x_jk's upper bound, the big-M of (node) and (tier)."""
-        return float(min(self.cap[k], self.need[j])) if self.tier_of[j][k] >= 0 else 0.0
+        return self.bounds[j][k]
 
     def usable_node(self, j: int, n: int) -> bool:
         """Whether node n holds a group of K_j (else y_jn = 0)."""
-        return bool((self.tier_of[j][self.on_node(n)] >= 0).any())
+        return bool(self.usable_nodes[j][n])
 
     def job_types(self, j: int) -> tuple[int, ...]:
         """The types of Theta_j offered, as indices of gpu_types, if more than one (job j in M), else ()."""
@@ -302,16 +304,24 @@ def model_sets(pi: PlacementInput) -> ModelSets:
     node_of = np.array([nodes.index(pi.node_of(t[0])) for t in types], dtype=int)
     gpu_types = tuple(sorted({pi.gpu_index[t[0]].gpu_type for t in types}))
     type_of = np.array([gpu_types.index(pi.gpu_index[t[0]].gpu_type) for t in types], dtype=int)
-    tiers, tier_of, largest_node = [], [], []
+    slowdown = {c: np.array([pi.gpu_index[t[0]].slowdown[c] for t in types], dtype=float)
+                for c in {j.app_class for j in pi.jobs}}
+    per_node = np.bincount(node_of, weights=cap, minlength=len(nodes))
+    tiers, tier_of, largest_node, usable_nodes, bounds = [], [], [], [], []
     for job in pi.jobs:
-        tau_k = np.round([effective_slowdown(job, pi.gpu_index[t[0]]) for t in types], 9)
-        usable = np.isfinite(tau_k)
+        r = np.array([job.speed_on(t) for t in gpu_types])[type_of]  # r_j theta(k); 0 off Theta_j
+        usable = r > 0
+        tau_k = np.round(np.divide(slowdown[job.app_class], r, out=np.full(len(types), np.inf), where=usable), 9)
         tiers.append(np.unique(tau_k[usable]))
         tier_of.append(np.where(usable, np.searchsorted(tiers[-1], tau_k), -1))
-        largest_node.append(np.bincount(node_of[usable], weights=cap[usable], minlength=len(nodes)).max(initial=0))
+        on_usable = per_node if usable.all() else np.bincount(node_of[usable], weights=cap[usable], minlength=len(nodes))
+        largest_node.append(on_usable.max(initial=0))
+        usable_nodes.append(on_usable > 0)
+        bounds.append(np.where(usable, np.minimum(cap, job.num_gpus), 0).astype(float).tolist())
     need = np.array([j.num_gpus for j in pi.jobs], dtype=int)
     return ModelSets(tuple(types), cap, nodes, node_of, np.array(largest_node, dtype=int), need, tuple(tiers),
-                     tuple(tier_of), tuple(_current_counts(j, group_of) for j in pi.jobs), gpu_types, type_of)
+                     tuple(tier_of), tuple(_current_counts(j, group_of) for j in pi.jobs), gpu_types, type_of,
+                     tuple(usable_nodes), tuple(bounds))
 
 
 @dataclass(frozen=True)
