@@ -18,7 +18,10 @@ from schedlab.bench import random_round
 from schedlab.errors import InputError
 from schedlab.formulations.options import enumerate_options
 from schedlab.formulations.placement import build, build_pyomo
-from schedlab.formulations.placement_round import placement_model, placement_view
+from schedlab.formulations.placement_greedy import pal_greedy
+from schedlab.formulations.placement_problem import PlacementGpu, PlacementInput, PlacementJob, type_plan
+from schedlab.formulations.placement_round import placement_model, placement_view, solve_placement
+from schedlab.solvers.registry import solver
 from schedlab.state import Cluster, GpuRef, Node, Rack, RoundInput, Settings, ThroughputParams, Topology
 
 TYPES = ("a100", "t4", "v100")
@@ -207,3 +210,26 @@ def test_placement_refuses_a_job_larger_than_every_type_it_can_run_on():
                                    requested_bsz=3 * ri.jobs[1].batch.min_local_bsz),))
     with pytest.raises(InputError, match="needs 3 GPUs of one type it can run on; its types offer at most 2"):
         placement_model(ri)
+
+
+def test_pal_greedy_keeps_every_job_on_a_type_with_room():
+    """j0 (1 GPU) is cheapest on b's one fast GPU, which leaves 2 of b's 3 for j1 (3 GPUs), and a
+    has 2: the walk's own choice places j0 and not j1, so it is made again on type_plan's types
+    (j1 on b, j0 on a), and the exact model, started from it, reaches the brute force."""
+    gpus = (PlacementGpu("n0/0", "n0", {"c": 1.5}, "a"), PlacementGpu("n0/1", "n0", {"c": 1.5}, "a"),
+            PlacementGpu("n1/0", "n1", {"c": 1.5}, "b"), PlacementGpu("n1/1", "n1", {"c": 1.5}, "b"),
+            PlacementGpu("n1/2", "n1", {"c": 1.0}, "b"))
+    both = (("a", 1.0), ("b", 0.9))
+    pi = PlacementInput(gpus, (PlacementJob("j0", 1, "c", type_speed=both), PlacementJob("j1", 3, "c", type_speed=both)))
+    assert type_plan(pi) == {"j1": "b", "j0": "a"}
+    greedy = pal_greedy(pi, np.random.default_rng(0))
+    assert {j: tuple(sorted(g)) for j, g in greedy.items()} == {"j0": ("n0/0",), "j1": ("n1/0", "n1/1", "n1/2")}
+    exact = solve_placement(pi, solver("highs"), start=greedy)
+    assert exact.status == "optimal" and exact.objective == pytest.approx(placement_best(pi)[0], abs=1e-9)
+
+
+def test_a_job_set_that_does_not_fit_on_its_types_is_named():
+    gpus = tuple(PlacementGpu(f"n{n}/{k}", f"n{n}", {"c": 1.0}, t) for n, t in enumerate("ab") for k in range(2))
+    pi = PlacementInput(gpus, tuple(PlacementJob(f"j{i}", 2, "c", type_speed=(("a", 1.0),)) for i in range(2)))
+    with pytest.raises(InputError, match="job j1 needs 2 GPUs of one type it can run on and the other jobs"):
+        pal_greedy(pi, np.random.default_rng(0))

@@ -7,12 +7,13 @@ policies.placement runs it as the `pal` policy, beside the other greedy placemen
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from schedlab.errors import InputError
-from schedlab.formulations.placement_problem import Placement, PlacementInput
+from schedlab.formulations.placement_problem import Placement, PlacementInput, PlacementJob, type_plan
 
 __all__ = ["pal_greedy"]
 
@@ -51,9 +52,19 @@ def pal_greedy(pi: PlacementInput, rng: np.random.Generator) -> Placement:
     Raises
     ------
     InputError
-        When a job finds no type it can run on with its GPUs still free (the jobs do not fit on
-        their types together).
+        When the jobs do not fit on their types together (type_plan's). Where a job's cheapest
+        types crowd out a later job, the walk is made again with each job on its type_plan type.
     """
+    offered = _GreedyState.types_of(pi)
+    try:
+        return _walk(pi, lambda job: [t for t in offered if job.speed_on(t) > 0])
+    except InputError:  # a job's choice of type crowded out a later job: each on its type_plan type
+        plan = type_plan(pi)
+        return _walk(pi, lambda job: [plan[job.id]])
+
+
+def _walk(pi: PlacementInput, types_for: Callable[[PlacementJob], list[str]]) -> Placement:
+    """PAL's walk (pal_greedy), each job on the cheapest entry of the types `types_for` gives it."""
     state = _GreedyState.of(pi)
     sensitivity: dict[str, float] = {}
     for (c, _), sf in state.sf.items():  # the range within each type
@@ -65,7 +76,7 @@ def pal_greedy(pi: PlacementInput, rng: np.random.Generator) -> Placement:
     out = {}
     for j in order:
         job = pi.jobs[j]
-        found = [entry for t in state.gpu_types if job.speed_on(t) > 0
+        found = [entry for t in types_for(job)
                  for entry in state.entries(job.app_class, t, job.num_gpus, pi.across_node, job.speed_on(t))]
         if not found:
             raise InputError([f"placement: job {job.id} needs {job.num_gpus} GPUs of one type it can run on and no "
@@ -97,11 +108,16 @@ class _GreedyState:
     free_of_type: dict[str, int]
     type_of: np.ndarray  # GPU index -> its type's index in gpu_types
 
+    @staticmethod
+    def types_of(pi: PlacementInput) -> tuple[str, ...]:
+        """The GPU types offered, sorted."""
+        return tuple(sorted({g.gpu_type for g in pi.gpus}))
+
     @classmethod
     def of(cls, pi: PlacementInput) -> _GreedyState:
         """Every GPU of `pi` free, for the classes of its jobs."""
         classes = sorted({j.app_class for j in pi.jobs})
-        gpu_types = tuple(sorted({g.gpu_type for g in pi.gpus}))
+        gpu_types = cls.types_of(pi)
         type_of = np.searchsorted(gpu_types, [g.gpu_type for g in pi.gpus]) if pi.gpus else np.zeros(0, int)
         gpu_rank = np.argsort(np.argsort([g.id for g in pi.gpus], kind="stable"), kind="stable")
         node_ids = sorted({g.node for g in pi.gpus})

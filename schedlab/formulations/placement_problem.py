@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from schedlab.errors import InputError
 
 __all__ = ["Placement", "PlacementGpu", "PlacementInput", "PlacementJob", "effective_slowdown", "job_speed",
-           "placement_objective"]
+           "placement_objective", "type_plan"]
 
 Placement = dict[str, tuple[str, ...]]  # job id -> GPU ids
 
@@ -164,3 +164,32 @@ def placement_objective(pi: PlacementInput, placement: Mapping[str, tuple[str, .
         gpu_ids = placement[job.id]
         total += job.weight * (job_speed(pi, job, gpu_ids) - pi.restart_penalty * job.moved_to(gpu_ids))
     return total
+
+
+def type_plan(pi: PlacementInput) -> dict[str, str]:
+    """A GPU type for every job such that the jobs fit on their types together (by GPU count).
+
+    Largest job first (ties: the job of fewer types, then input order), each on the type of its
+    current GPUs where it runs on one it can run on, else the fastest type for it, with its GPUs
+    left (ties: the most left, then the name). Within one type any
+    jobs whose GPUs add up to no more than the type's fit, so a greedy placement that keeps each
+    job on its planned type never runs out.
+
+    Raises
+    ------
+    InputError
+        Naming the first job no type has room for: the jobs do not fit on their types (choose
+        fewer jobs).
+    """
+    left = Counter(g.gpu_type for g in pi.gpus)
+    kinds = {j.id: sum(j.speed_on(t) > 0 for t in left) for j in pi.jobs}
+    out = {}
+    for job in sorted(pi.jobs, key=lambda j: (-j.num_gpus, kinds[j.id])):  # stable: input order on ties
+        fits = [t for t in sorted(left) if left[t] >= job.num_gpus and job.speed_on(t) > 0]
+        if not fits:
+            raise InputError([f"placement: job {job.id} needs {job.num_gpus} GPUs of one type it can run on and the "
+                              "other jobs leave no such type that many; choose fewer jobs"])
+        held = {pi.gpu_index[g].gpu_type for g in job.current_gpus if g in pi.gpu_index}
+        out[job.id] = min(fits, key=lambda t: (held != {t}, -job.speed_on(t), -left[t]))
+        left[out[job.id]] -= job.num_gpus
+    return out
