@@ -162,7 +162,7 @@ def joint_best(ri: RoundInput) -> float:
     fair = {int(j): opts.goodput[c] / opts.speedup[c] for c, j in enumerate(opts.job) if opts.speedup[c] > 0}
     per_job = []
     for j, job in enumerate(ri.jobs):
-        choices = [(None, opts.U0[j], 0.0)]
+        choices: list[tuple[frozenset[GpuRef] | None, float, float]] = [(None, float(opts.U0[j]), 0.0)]
         if j in fair:
             for gpus in _joint_shapes(ri, job):
                 s = _joint_value(ri, j, gpus, fair[j])
@@ -171,8 +171,8 @@ def joint_best(ri: RoundInput) -> float:
         per_job.append(choices)
     best = -math.inf
     for combo in itertools.product(*per_job):
-        used = [g for g, _, _ in combo if g is not None]
-        if sum(map(len, used)) != len(frozenset().union(*used)):
+        used: list[frozenset[GpuRef]] = [g for g, _, _ in combo if g is not None]
+        if sum(map(len, used)) != len(frozenset[GpuRef]().union(*used)):
             continue
         total = sum(u for _, u, _ in combo)
         if ri.settings.max_min:

@@ -19,7 +19,13 @@ from schedlab.errors import InputError
 from schedlab.formulations.options import enumerate_options
 from schedlab.formulations.placement import build, build_pyomo
 from schedlab.formulations.placement_greedy import pal_greedy
-from schedlab.formulations.placement_problem import PlacementGpu, PlacementInput, PlacementJob, type_plan
+from schedlab.formulations.placement_problem import (
+    PlacementGpu,
+    PlacementInput,
+    PlacementJob,
+    placement_objective,
+    type_plan,
+)
 from schedlab.formulations.placement_round import placement_model, placement_view, solve_placement
 from schedlab.solvers.registry import solver
 from schedlab.state import Cluster, GpuRef, Node, Rack, RoundInput, Settings, ThroughputParams, Topology
@@ -146,7 +152,7 @@ def test_placement_reaches_the_brute_force_optimum_on_several_types(seed, num_ty
 
 
 @pytest.mark.parametrize("seed, num_types", [(3, 2), (7, 2), (0, 3), (6, 3)])
-def test_placement_arrays_and_pyomo_are_one_model_on_several_types(seed, num_types):
+def test_placement_arrays_pyomo_and_cpsat_are_one_model_on_several_types(seed, num_types):
     import pyomo.environ as pyo
 
     ri = _placement_round(seed, num_types)
@@ -154,9 +160,10 @@ def test_placement_arrays_and_pyomo_are_one_model_on_several_types(seed, num_typ
     rows = Counter(key[0] for key in build(pi).row_keys)
     assert {"typed", "onetype"} <= set(rows)
     assert rows == {c.local_name: len(c) for c in build_pyomo(pi).component_objects(pyo.Constraint) if len(c)}
-    arrays, pyomo = solve_round(ri, solver="highs"), solve_round(ri, solver="appsi_highs")
-    assert arrays.status == pyomo.status == "optimal"
+    arrays, pyomo, cpsat = (solve_round(ri, solver=name) for name in ("highs", "appsi_highs", "cpsat"))
+    assert arrays.status == pyomo.status == cpsat.status == "optimal"
     assert pyomo.objective == pytest.approx(arrays.objective, abs=1e-6)
+    assert cpsat.objective == pytest.approx(arrays.objective, abs=1e-6)  # from the same arrays
 
 
 def _two_types(job_gpus: int = 2) -> RoundInput:
@@ -233,3 +240,23 @@ def test_a_job_set_that_does_not_fit_on_its_types_is_named():
     pi = PlacementInput(gpus, tuple(PlacementJob(f"j{i}", 2, "c", type_speed=(("a", 1.0),)) for i in range(2)))
     with pytest.raises(InputError, match="job j1 needs 2 GPUs of one type it can run on and the other jobs"):
         pal_greedy(pi, np.random.default_rng(0))
+
+
+def test_a_large_placement_on_two_types_is_solved_in_windows_above_pal_greedy():
+    """192 GPUs (above the exact model's 128) of two types, a third of the jobs on t4 only: the
+    windows keep every job on one type it can run on and improve on PAL's greedy."""
+    from test_placement import large_round
+
+    ri = large_round(0, varied=True, nodes=48)
+    nodes = tuple(replace(n, gpu_type="a100" if k % 2 else "t4") for k, n in enumerate(ri.cluster.nodes))
+    jobs = []
+    for i, job in enumerate(ri.jobs):
+        params = job.throughput["default"]
+        slow = replace(params, alpha_c=3 * params.alpha_c, beta_c=3 * params.beta_c)
+        jobs.append(replace(job, throughput={"a100": params, "t4": slow} if i % 3 else {"t4": slow}))
+    ri = replace(ri, cluster=replace(ri.cluster, nodes=nodes), jobs=tuple(jobs))
+    view = placement_view(ri)
+    result = solve_round(ri)
+    assert "windows solved" in result.message
+    assert result.objective > placement_objective(view.pi, pal_greedy(view.pi, np.random.default_rng(0))) + 1e-6
+    _one_type_each(ri, result.allocations)
