@@ -64,6 +64,9 @@ def test_the_validation_tables_give_the_batch_range_and_first_epoch_statistics(t
     assert (net.grad_stats.sqr, net.grad_stats.var) == (2.0, 3.0)
     assert net.batch["fast"].init_bsz == net.batch["slow"].init_bsz == 64 and net.batch["fast"].max_bsz == 256
     assert (net.batch["fast"].max_local_bsz, net.batch["slow"].max_local_bsz) == (128, 64)
+    profiles = net.profiles(max_epochs=30)
+    assert {t: (p.gpu_type, p.params, p.batch, p.max_epochs) for t, p in profiles.items()} == {
+        t: (t, net.throughput[t], net.batch[t], 30) for t in ("fast", "slow")}
 
 
 def test_workloads_are_pollux_workloads(tmp_path):

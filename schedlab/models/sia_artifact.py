@@ -10,7 +10,8 @@ by type::
 
 Each (application, type) is read as Pollux's tables are (models.throughput.MeasuredTable) and
 fitted as the shipped profiles are (fit_throughput_params over every measured point), so an
-application gets per-type ThroughputParams: what JobSpec.throughput takes. The validation
+application gets per-type ThroughputParams: what JobSpec.throughput takes (and, with its
+completion epoch, per-type ApplicationProfiles: `SiaApplication.profiles`). The validation
 tables are the type-free part, as in Pollux's artifact: the gradient statistics of the first
 epoch at the smallest (initial) batch and the validated batch range; the local batch range is
 each type's measured one (a T4 fits less than an A100).
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from schedlab.errors import ConfigError
+from schedlab.models.profiles import ApplicationProfile
 from schedlab.models.throughput import MeasuredTable, fit_throughput_params, rmsle, step_time_s
 from schedlab.state import BatchLimits, GradStats, ThroughputParams
 
@@ -60,6 +62,15 @@ class SiaApplication:
     fit_rmsle: dict[str, float]
     grad_stats: GradStats
     batch: dict[str, BatchLimits]
+
+    def profiles(self, max_epochs: int) -> dict[str, ApplicationProfile]:
+        """GPU type -> the application's profile on it, as the shipped Pollux profiles are (models.profiles).
+
+        `max_epochs` is its completion epoch, which the tables do not give (Pollux's MAX_EPOCHS
+        for its six applications).
+        """
+        return {t: ApplicationProfile(self.name, t, params, self.grad_stats, self.batch[t], max_epochs,
+                                      self.fit_rmsle[t]) for t, params in self.throughput.items()}
 
 
 def _traces(root: str | Path) -> Path:
