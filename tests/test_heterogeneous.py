@@ -27,6 +27,7 @@ from schedlab.formulations.placement_problem import (
     type_plan,
 )
 from schedlab.formulations.placement_round import placement_model, placement_view, solve_placement
+from schedlab.models.efficiency import goodput
 from schedlab.solvers.registry import solver
 from schedlab.state import Cluster, GpuRef, Node, Rack, RoundInput, Settings, ThroughputParams, Topology
 
@@ -83,6 +84,19 @@ def _one_type_each(ri: RoundInput, allocations) -> None:
         assert len(kinds) <= 1 and kinds <= jobs[a.job_id].throughput.keys(), (a.job_id, kinds)
 
 
+def _goodput_on_its_type(ri: RoundInput, allocations) -> None:
+    """Each allocated job's goodput is its own model's on the type of its GPUs (models.efficiency.goodput):
+    the brute force takes the options' values, so this checks the values' types."""
+    type_of = {n.id: n.gpu_type for n in ri.cluster.nodes}
+    jobs = {j.id: j for j in ri.jobs}
+    for a in allocations:
+        if a.gpus:
+            job = jobs[a.job_id]
+            expected = goodput(job.throughput[type_of[a.gpus[0].node]], job.grad_stats, job.batch.init_bsz, a.num_nodes,
+                               a.num_gpus, a.local_bsz, a.accum_steps)
+            assert a.goodput == pytest.approx(float(expected), rel=1e-9), a.job_id
+
+
 def _goodput_best(ri: RoundInput) -> float:
     return best_objective(enumerate_options(ri, prune=False),
                           feasible_choices(enumerate_options(replace(ri, settings=Settings(p=1.0)), prune=False)))
@@ -99,6 +113,7 @@ def test_goodput_reaches_the_brute_force_optimum_on_several_types(seed, num_type
     expected = _goodput_best(ri)
     assert result.objective == pytest.approx(expected, abs=1e-6 * max(1.0, abs(expected)))
     _one_type_each(ri, result.allocations)
+    _goodput_on_its_type(ri, result.allocations)
 
 
 @pytest.mark.parametrize("seed, num_types, p", CASES)
@@ -194,6 +209,8 @@ def test_the_brute_force_tells_the_types_apart(formulation):
     assert result.objective == pytest.approx(best(ri), abs=1e-6)
     fast, t4_only = result.allocations
     assert {g.node for g in fast.gpus} == {"n1"} and {g.node for g in t4_only.gpus} == {"n0"}
+    if formulation == "goodput":
+        _goodput_on_its_type(ri, result.allocations)
 
 
 def test_placement_speeds_are_relative_to_the_jobs_fastest_type():
