@@ -34,7 +34,7 @@ GPUs over nodes.
 - $y_{jn} \in \{0, 1\}$: job $j$ uses node $n$ (0 on a node without a group of $K_j$)
 - $z_{jt} \in \{0, 1\}$, $t \ge 1$: job $j$ uses a GPU of tier $\ge t$ (ordered tier binaries)
 - $m_j \in \{0, 1\}$: job $j$ spans more than one node (fixed to 1 when $G_j$ exceeds the
-  largest node)
+  largest node of its types)
 - $p_j \in [0, 1/\tau_{j0}]$: $p_j = m_j / \tau_{\mathit{worst}}$, the part of the speed lost to
   spread
 - $s_j \in \{0, 1\}$, $j \in S$: running job $j$ keeps exactly its GPUs
@@ -42,7 +42,7 @@ GPUs over nodes.
   $\theta$
 
 **Objective** (maximize weighted job speed,
-$\text{speed} = 1 / (\text{worst slowdown} \times \text{locality factor})$)
+$\text{speed} = 1 / (\text{worst effective slowdown} \times \text{locality factor})$)
 
 $$
 \max \; \sum_j w_j \Bigl[ \frac{1}{\tau_{j0}} + \sum_{t \ge 1} d_{jt} \, z_{jt}
