@@ -252,10 +252,22 @@ def test_pal_greedy_keeps_every_job_on_a_type_with_room():
     assert exact.status == "optimal" and exact.objective == pytest.approx(placement_best(pi)[0], abs=1e-9)
 
 
+def test_the_type_plan_is_exact_where_largest_first_runs_out():
+    """a (6 GPUs, faster) and b (4): largest first puts the 4-GPU job on a, and then one 3-GPU
+    job finds no room; the exact assignment puts it on b and both 3-GPU jobs on a."""
+    gpus = tuple(PlacementGpu(f"{t}/{k}", t, {"c": 1.0}, t) for t, n in (("a", 6), ("b", 4)) for k in range(n))
+    both = (("a", 1.0), ("b", 0.5))
+    pi = PlacementInput(gpus, (PlacementJob("x", 4, "c", type_speed=both), PlacementJob("y", 3, "c", type_speed=both),
+                               PlacementJob("z", 3, "c", type_speed=both)))
+    assert type_plan(pi) == {"x": "b", "y": "a", "z": "a"}
+    greedy = pal_greedy(pi, np.random.default_rng(0))
+    assert {j: {g[0] for g in gpus} for j, gpus in greedy.items()} == {"x": {"b"}, "y": {"a"}, "z": {"a"}}
+
+
 def test_a_job_set_that_does_not_fit_on_its_types_is_named():
     gpus = tuple(PlacementGpu(f"n{n}/{k}", f"n{n}", {"c": 1.0}, t) for n, t in enumerate("ab") for k in range(2))
     pi = PlacementInput(gpus, tuple(PlacementJob(f"j{i}", 2, "c", type_speed=(("a", 1.0),)) for i in range(2)))
-    with pytest.raises(InputError, match="job j1 needs 2 GPUs of one type it can run on and the other jobs"):
+    with pytest.raises(InputError, match=r"the jobs \(j0, j1\) do not fit on the GPU types they can run on together"):
         pal_greedy(pi, np.random.default_rng(0))
 
 

@@ -18,6 +18,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from schedlab.errors import InputError
 
 __all__ = ["Placement", "PlacementGpu", "PlacementInput", "PlacementJob", "effective_slowdown", "job_speed",
@@ -171,15 +173,15 @@ def type_plan(pi: PlacementInput) -> dict[str, str]:
 
     Largest job first (ties: the job of fewer types, then input order), each on the type of its
     current GPUs where it runs on one it can run on, else the fastest type for it, with its GPUs
-    left (ties: the most left, then the name). Within one type any
-    jobs whose GPUs add up to no more than the type's fit, so a greedy placement that keeps each
-    job on its planned type never runs out.
+    left (ties: the most left, then the name). Where that leaves a job without room, the
+    assignment is solved exactly (`_assign_types`). Within one type any jobs whose GPUs add up
+    to no more than the type's fit, so a greedy placement that keeps each job on its planned
+    type never runs out.
 
     Raises
     ------
     InputError
-        Naming the first job no type has room for: the jobs do not fit on their types (choose
-        fewer jobs).
+        When no assignment fits: the jobs do not fit on their types together (choose fewer jobs).
     """
     left = Counter(g.gpu_type for g in pi.gpus)
     kinds = {j.id: sum(j.speed_on(t) > 0 for t in left) for j in pi.jobs}
@@ -187,9 +189,31 @@ def type_plan(pi: PlacementInput) -> dict[str, str]:
     for job in sorted(pi.jobs, key=lambda j: (-j.num_gpus, kinds[j.id])):  # stable: input order on ties
         fits = [t for t in sorted(left) if left[t] >= job.num_gpus and job.speed_on(t) > 0]
         if not fits:
-            raise InputError([f"placement: job {job.id} needs {job.num_gpus} GPUs of one type it can run on and the "
-                              "other jobs leave no such type that many; choose fewer jobs"])
+            return _assign_types(pi)
         held = {pi.gpu_index[g].gpu_type for g in job.current_gpus if g in pi.gpu_index}
         out[job.id] = min(fits, key=lambda t: (held != {t}, -job.speed_on(t), -left[t]))
         left[out[job.id]] -= job.num_gpus
     return out
+
+
+def _assign_types(pi: PlacementInput) -> dict[str, str]:
+    """A type per job that fits by count, found exactly, the jobs' speeds on them as large as can be.
+
+    max sum_j sum_theta r_j theta a_j theta s.t. sum_theta a_j theta = 1 (j), sum_j G_j a_j theta
+    <= GPUs of theta (theta), a binary and 0 off the job's types: a small assignment MILP
+    (scipy.optimize.milp; the placement model needs no solver for it).
+    """
+    from scipy.optimize import Bounds, LinearConstraint, milp  # here: only where the greedy plan fails
+
+    types = sorted({g.gpu_type for g in pi.gpus})
+    cap = Counter(g.gpu_type for g in pi.gpus)
+    r = np.array([[job.speed_on(t) for t in types] for job in pi.jobs]).ravel()
+    one = np.kron(np.eye(len(pi.jobs)), np.ones(len(types)))
+    use = np.kron(np.array([[job.num_gpus for job in pi.jobs]], dtype=float), np.eye(len(types)))
+    found = milp(-r, integrality=np.ones(len(r)), bounds=Bounds(0, (r > 0).astype(float)),
+                 constraints=[LinearConstraint(one, 1, 1), LinearConstraint(use, 0, [cap[t] for t in types])])
+    if found.x is None:
+        raise InputError([f"placement: the jobs ({', '.join(j.id for j in pi.jobs)}) do not fit on the GPU types "
+                          "they can run on together; choose fewer jobs"])
+    chosen = np.rint(found.x).reshape(len(pi.jobs), len(types)).argmax(axis=1)
+    return {job.id: types[t] for job, t in zip(pi.jobs, chosen)}
