@@ -316,13 +316,6 @@ def test_more_gpus_than_the_cluster_has_is_refused():
         placement_model(_one_job_round(("n0",), 2, 3))
 
 
-def test_a_cluster_of_several_gpu_types_is_refused():
-    ri = _one_job_round(("n0", "n1"), 2, 1)
-    nodes = (ri.cluster.nodes[0], replace(ri.cluster.nodes[1], gpu_type="other"))
-    with pytest.raises(InputError, match="one GPU type"):
-        placement_model(replace(ri, cluster=Cluster(nodes)))
-
-
 def _pal_entry_walk(pi: PlacementInput) -> dict[str, tuple[str, ...]]:
     """PAL's Alg. 1 written as published: walk every (sf, within | across) entry in cost order."""
     sf = lambda job, g: pi.gpu_index[g].slowdown[job.app_class]  # noqa: E731

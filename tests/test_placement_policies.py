@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -137,3 +138,43 @@ def test_placement_objective_is_every_running_jobs_speed():
     result = make_policy("pal").schedule(loaded_round())
     assert result.objective == pytest.approx(sum(a.speedup for a in result.allocations))
     assert math.isnan(result.bound)
+
+
+def mixed_round() -> RoundInput:
+    """n0, n1 of four v100 each and n2, n3 of four k80 (slowdowns as cluster_4x4's); cifar10 jobs
+    run on both types, three times slower in compute on k80; the bert jobs have parameters for k80
+    only. FIFO: a (v100 or k80, 4), b (k80 only, 4), c (both, 6), d (k80 only, 2), e (both, 1)."""
+    nodes = tuple(replace(n, gpu_type="v100" if k < 2 else "k80") for k, n in enumerate(cluster_4x4().nodes))
+    out = []
+    for j in (job("a", 4, 500.0), job("b", 4, 400.0, "bert"), job("c", 6, 300.0), job("d", 2, 200.0, "bert"),
+              job("e", 1, 100.0)):
+        params = j.throughput["default"]
+        slow = replace(params, alpha_c=3 * params.alpha_c, beta_c=3 * params.beta_c)
+        out.append(replace(j, throughput={"k80": slow} if j.application == "bert" else {"v100": params, "k80": slow}))
+    return RoundInput(Cluster(nodes, cluster_4x4().topology), tuple(out))
+
+
+@pytest.mark.parametrize("name", sorted(PLACERS))
+def test_every_placement_policy_puts_each_job_on_one_type_it_can_run_on(name):
+    ri = mixed_round()
+    result = make_policy(name).schedule(ri)
+    verify(ri, result.allocations)
+    type_of = {n.id: n.gpu_type for n in ri.cluster.nodes}
+    jobs = {j.id: j for j in ri.jobs}
+    for a in result.allocations:
+        kinds = {type_of[g.node] for g in a.gpus}
+        assert len(kinds) <= 1 and kinds <= jobs[a.job_id].throughput.keys(), (a.job_id, kinds)
+    placed = {a.job_id for a in result.allocations if a.gpus}
+    assert placed == set(pal_queue(ri, "fifo"))
+
+
+def test_the_queue_counts_each_types_gpus():
+    """a counts against v100, where it is fastest, b against k80; the 8 GPUs left would hold c's
+    6 but no type has 6 left, so c stops the queue; with backfill d takes k80 and e v100."""
+    ri = mixed_round()
+    assert pal_queue(ri, "fifo") == {"a": 4, "b": 4}
+    assert pal_queue(ri, "fifo", backfill=True) == {"a": 4, "b": 4, "d": 2, "e": 1}
+    result = make_policy("milp").schedule(ri)
+    assert result.status == "optimal"
+    on = {a.job_id: {g.node for g in a.gpus} for a in result.allocations}
+    assert on["a"] <= {"n0", "n1"} and on["b"] <= {"n2", "n3"}

@@ -1,38 +1,48 @@
-r"""Variability-aware placement (PAL, Jain et al. SC'24) as an exact MILP over GPU types.
+r"""Variability-aware placement (PAL, Jain et al. SC'24) as an exact MILP over GPU groups.
 
 The jobs chosen to run this round (gang-scheduled: job $j$ needs exactly $G_j$ GPUs) are placed
-on concrete GPUs, trading each job's slowest GPU against the spread of its GPUs over nodes.
+on concrete GPUs of one GPU type each, trading each job's slowest GPU against the spread of its
+GPUs over nodes.
 
 **Sets**
 
-- $J$ jobs; $N$ nodes; $K$ GPU types: GPUs on the same node with the same slowdown for every
-  application class in play (interchangeable, so counted, not named)
-- $T_j$ the distinct slowdowns $\tau_{j0} < \tau_{j1} < \dots$ of job $j$'s class on the GPUs
-  offered (its tiers)
+- $J$ jobs; $N$ nodes; $\Theta$ GPU types (A100, T4, ...); $K$ GPU groups: GPUs on the same
+  node, of one type, with the same slowdown for every application class in play
+  (interchangeable, so counted, not named)
+- $\Theta_j \subseteq \Theta$ the types job $j$ can run on; $K_j$ the groups of those types
+- $T_j$ the distinct effective slowdowns $\tau_{j0} < \tau_{j1} < \dots$ of job $j$ on the
+  groups of $K_j$ (its tiers)
 - $R$ the running jobs, $S \subseteq R$ those that can stay (all their $G_j$ current GPUs
   offered)
+- $M \subseteq J$ the jobs with more than one type of $\Theta_j$ offered
 
 **Parameters**
 
 - $G_j$ GPUs of job $j$; $w_j$ its weight
-- $\mathit{cap}_k$ GPUs of type $k$, on node $n(k)$, with tier $t_j(k)$ for job $j$
+- $\mathit{cap}_k$ GPUs of group $k$, on node $n(k)$, of type $\theta(k)$
+- $r_{j\theta} \in (0, 1]$ job $j$'s speed on type $\theta$ relative to its fastest type (1 on
+  a cluster of one type); a GPU's effective slowdown for job $j$ is its slowdown (measured
+  within its type, PAL's) over $r_{j\theta(k)}$, and $t_j(k)$ the tier of group $k \in K_j$
 - $L$ the across-node locality factor (PAL's simulator: 1.7)
 - $\rho_j$ the restart penalty (fraction of a round) of moving running job $j$;
-  $\mathit{cur}_{jk}$ its current GPUs of type $k$
+  $\mathit{cur}_{jk}$ its current GPUs of group $k$
 
 **Variables**
 
-- $x_{jk} \in \{0, \dots, \min(\mathit{cap}_k, G_j)\}$: GPUs of type $k$ given to job $j$
-- $y_{jn} \in \{0, 1\}$: job $j$ uses node $n$
+- $x_{jk} \in \{0, \dots, \min(\mathit{cap}_k, G_j)\}$ for $k \in K_j$ (0 for the other
+  groups): GPUs of group $k$ given to job $j$
+- $y_{jn} \in \{0, 1\}$: job $j$ uses node $n$ (0 on a node without a group of $K_j$)
 - $z_{jt} \in \{0, 1\}$, $t \ge 1$: job $j$ uses a GPU of tier $\ge t$ (ordered tier binaries)
 - $m_j \in \{0, 1\}$: job $j$ spans more than one node (fixed to 1 when $G_j$ exceeds the
-  largest node)
+  largest node of its types)
 - $p_j \in [0, 1/\tau_{j0}]$: $p_j = m_j / \tau_{\mathit{worst}}$, the part of the speed lost to
   spread
 - $s_j \in \{0, 1\}$, $j \in S$: running job $j$ keeps exactly its GPUs
+- $v_{j\theta} \in \{0, 1\}$, $j \in M$, $\theta \in \Theta_j$ offered: job $j$ runs on type
+  $\theta$
 
 **Objective** (maximize weighted job speed,
-$\text{speed} = 1 / (\text{worst slowdown} \times \text{locality factor})$)
+$\text{speed} = 1 / (\text{worst effective slowdown} \times \text{locality factor})$)
 
 $$
 \max \; \sum_j w_j \Bigl[ \frac{1}{\tau_{j0}} + \sum_{t \ge 1} d_{jt} \, z_{jt}
@@ -65,16 +75,23 @@ $$
                      - \frac{1}{\tau_{j0}} \, (1 - m_j)
                   && j \in J \\
 &\text{(stay)}    && x_{jk} \ge \mathit{cur}_{jk} \, s_j
-                  && j \in S,\ k \in K,\ \mathit{cur}_{jk} > 0
+                  && j \in S,\ k \in K,\ \mathit{cur}_{jk} > 0 \\
+&\text{(typed)}   && \sum_{k :\ \theta(k) = \theta} x_{jk} \le G_j \, v_{j\theta}
+                  && j \in M,\ \theta \in \Theta_j \\
+&\text{(onetype)} && \sum_{\theta} v_{j\theta} \le 1
+                  && j \in M
 \end{aligned}
 $$
 
-(place) places every job whole; (cap) is the capacity of each type; (node) and (tier) mark the
+(place) places every job whole; (cap) is the capacity of each group; (node) and (tier) mark the
 nodes and tiers used; (order) orders the tiers. By (spread) $G_j$ GPUs span at most $G_j$ nodes.
 (onenode), for the jobs of $G_j$ no more than the largest node's GPUs, keeps a job on one node
 unless it is spread: valid, and without it the LP spreads a job for about $1/|N|$ of $m_j$.
 (lost) is $p_j$'s lower bound ($p_j$ is penalized, so it is tight). By (stay) staying keeps the
-current GPUs.
+current GPUs. (typed) and (onetype) put a job's GPUs on one type: its speed is then its worst
+GPU's slowdown within that type over $r_{j\theta}$, its worst effective slowdown, which the
+tiers telescope exactly as on one type (a job of one type offered needs neither: $x_{jk} = 0$
+off $K_j$).
 
 **Valid inequalities** (no integer point is cut off; they tighten the LP bound or break
 symmetry)
@@ -94,12 +111,13 @@ $$
 \end{aligned}
 $$
 
-(cover) is (tier) summed over types (an LP spreads a job thinly). In (alone), $a_{jn}$ is the
+(cover) is (tier) summed over groups (an LP spreads a job thinly). In (alone), $a_{jn}$ is the
 tier of node $n$'s $G_j$-th best GPU for job $j$ (past the last tier when $n$ has fewer than
 $G_j$ GPUs): a job on one node has a worst tier of at least $a_{jn}$. (twins) fixes the order
-of consecutive interchangeable jobs $a$, $b$ (waiting, of one size, class and weight). (scarce)
-holds for the jobs $C$ of one class and each tier $t \ge 1$ whose faster GPUs, $F_{Ct}$ of them
-(tier $< t$), are fewer than $C$ needs; (scarce\_count) for each size $g$ of more such jobs than
+of consecutive interchangeable jobs $a$, $b$ (waiting, of one size, class, weight and type
+speeds). (scarce) holds for the jobs $C$ of one class (the same tiers on the same groups) and
+each tier $t \ge 1$ whose faster GPUs, $F_{Ct}$ of them (groups of $K_j$ of tier $< t$), are
+fewer than $C$ needs; (scarce\_count) for each size $g$ of more such jobs than
 $\lfloor F_{Ct} / g \rfloor$ ($|\{j \in C : G_j = g\}| > \lfloor F_{Ct} / g \rfloor$).
 
 `build` writes these as arrays, each row keyed by its tag and indices, and `build_pyomo` as
@@ -114,10 +132,14 @@ job of a RoundInput is placed on exactly $G_j$ = `JobSpec.gang_gpus` (`requested
 the node does not list the class), $L$ the topology's `across_node_factor` (1 without a
 topology), $w_j = 1$ and $\rho_j = 0$ (a move shows in `JobAllocation.restarted`, unpriced).
 Jobs train at `JobSpec.submitted_bsz` (`fixed_bsz`, else `requested_bsz`, else `init_bsz`);
-goodput is not modelled (0), the job's speed is its speedup. PAL's greedy is the warm start and
-the fallback, so an answer is never worse than it. Limitations: one GPU type per cluster (the
-slowdowns compare GPUs of one type), and every job given is placed: the caller chooses which
-jobs run (policies.placement: PAL's queue; policies.compose: an allocation policy). The
+goodput is not modelled (0), the job's speed is its speedup. On a cluster of several types,
+$\Theta_j$ are the types the job has `JobSpec.throughput` for and $r_{j\theta}$ its throughput
+(models.throughput) on $G_j$ GPUs of one node of type $\theta$ at that batch over the best of
+its types (`placement_round.type_speeds`); on one type, every job runs on it at $r = 1$, as
+before. PAL's greedy is the warm start and the fallback, so an answer is never worse than it.
+Limitations: every job given is placed, so the jobs must fit on their types together (the
+greedy raises InputError naming a job it could not place): the caller chooses which jobs run
+(policies.placement: PAL's queue, per type; policies.compose: an allocation policy). The
 problem's types and the objective a placement is worth are in placement_problem.py; above 128
 GPUs the round is solved a window at a time (placement_windows.py).
 
@@ -141,13 +163,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from schedlab.formulations.placement_problem import PlacementInput, PlacementJob
+from schedlab.formulations.placement_problem import PlacementInput, PlacementJob, effective_slowdown
 from schedlab.milp import MilpArrays, Rows, stack_rows
 
 if TYPE_CHECKING:
     import pyomo.environ as pyo
 
-__all__ = ["JobColumns", "ModelSets", "PlacementModel", "build", "build_pyomo", "decode", "gpu_types", "model_sets",
+__all__ = ["JobColumns", "ModelSets", "PlacementModel", "build", "build_pyomo", "decode", "gpu_groups", "model_sets",
            "point", "twins_ordered"]
 
 
@@ -156,37 +178,55 @@ class ModelSets:
     """The model's index sets and parameters (module docstring), by position.
 
     Shared by `build` and `build_pyomo`, so that the two are one model: j indexes the jobs of
-    the PlacementInput, k the GPU types, n the nodes, t a job's tiers (0 the fastest).
+    the PlacementInput, k the GPU groups, n the nodes, t a job's tiers (0 the fastest), theta
+    the GPU types.
     """
 
-    types: tuple[tuple[str, ...], ...]  # K: the GPU ids of each type
+    types: tuple[tuple[str, ...], ...]  # K: the GPU ids of each group
     cap: np.ndarray  # cap_k
     nodes: tuple[str, ...]  # N
     node_of: np.ndarray  # n(k)
-    largest_node: int  # GPUs of the largest node
+    largest_node: np.ndarray  # per job: GPUs of the largest node with a group of K_j
     need: np.ndarray  # G_j
-    tiers: tuple[np.ndarray, ...]  # per job: tau_j0 < tau_j1 < ...
-    tier_of: tuple[np.ndarray, ...]  # per job: t_j(k)
-    current: tuple[dict[int, int] | None, ...]  # per job: cur_jk (type -> GPUs) if in S, else None
+    tiers: tuple[np.ndarray, ...]  # per job: tau_j0 < tau_j1 < ... (effective slowdowns)
+    tier_of: tuple[np.ndarray, ...]  # per job: t_j(k), -1 for a group outside K_j
+    current: tuple[dict[int, int] | None, ...]  # per job: cur_jk (group -> GPUs) if in S, else None
+    gpu_types: tuple[str, ...]  # Theta, the GPU types offered
+    type_of: np.ndarray  # theta(k), an index of gpu_types
+    usable_nodes: tuple[np.ndarray, ...]  # per job: whether each node holds a group of K_j
+    bounds: tuple[list[float], ...]  # per job: bound(j, k) of every group k
 
     def bound(self, j: int, k: int) -> float:
-        """min(cap_k, G_j): x_jk's upper bound, the big-M of (node) and (tier)."""
-        return float(min(self.cap[k], self.need[j]))
+        """min(cap_k, G_j) for k in K_j, else 0: x_jk's upper bound, the big-M of (node) and (tier)."""
+        return self.bounds[j][k]
+
+    def usable_node(self, j: int, n: int) -> bool:
+        """Whether node n holds a group of K_j (else y_jn = 0)."""
+        return bool(self.usable_nodes[j][n])
+
+    def job_types(self, j: int) -> tuple[int, ...]:
+        """The types of Theta_j offered, as indices of gpu_types, if more than one (job j in M), else ()."""
+        found = tuple(int(t) for t in np.unique(self.type_of[self.tier_of[j] >= 0]))
+        return found if len(found) > 1 else ()
+
+    def of_type(self, theta: int) -> np.ndarray:
+        """The groups of GPU type theta."""
+        return np.flatnonzero(self.type_of == theta)
 
     def gain(self, j: int) -> np.ndarray:
         """d_jt = 1/tau_jt - 1/tau_j(t-1) < 0 for t >= 1 (at index t - 1): z_jt's objective step."""
         return 1 / self.tiers[j][1:] - 1 / self.tiers[j][:-1]
 
     def spans(self, j: int) -> bool:
-        """No node holds job j, so m_j = 1."""
-        return bool(self.need[j] > self.largest_node)
+        """No node of its types holds job j, so m_j = 1."""
+        return bool(self.need[j] > self.largest_node[j])
 
     def spread_max(self, j: int) -> float:
         """min(|N|, G_j) - 1: the extra nodes a spread job may use."""
         return float(min(len(self.nodes), self.need[j]) - 1)
 
     def at_least(self, j: int, t: int) -> np.ndarray:
-        """The types of tier >= t for job j."""
+        """The groups of tier >= t for job j."""
         return np.flatnonzero(self.tier_of[j] >= t)
 
     def alone_tiers(self, j: int) -> np.ndarray:
@@ -198,6 +238,7 @@ class ModelSets:
         out = np.full(len(self.nodes), len(self.tiers[j]))
         for n in range(len(self.nodes)):
             on = self.on_node(n)
+            on = on[self.tier_of[j][on] >= 0]
             tiers = np.sort(np.repeat(self.tier_of[j][on], self.cap[on]))
             if len(tiers) >= self.need[j]:
                 out[n] = tiers[self.need[j] - 1]
@@ -206,8 +247,8 @@ class ModelSets:
     def scarce_tiers(self) -> dict[tuple[tuple[int, ...], int], int]:
         """(C, t) -> F_Ct, for the rows of (scarce).
 
-        C are the jobs of one class (the same tiers on the same types), t >= 1 each tier whose
-        faster GPUs, F_Ct of them, are fewer than those jobs need together.
+        C are the jobs of one class (the same tiers on the same groups), t >= 1 each tier whose
+        faster GPUs (of K_j), F_Ct of them, are fewer than those jobs need together.
         """
         by_tiers: dict[bytes, list[int]] = {}
         for j in range(len(self.need)):
@@ -216,7 +257,7 @@ class ModelSets:
         for members in by_tiers.values():
             tier_of = self.tier_of[members[0]]
             for t in range(1, len(self.tiers[members[0]])):
-                fast = int(self.cap[tier_of < t].sum())
+                fast = int(self.cap[(tier_of >= 0) & (tier_of < t)].sum())
                 if fast < self.need[members].sum():
                     out[tuple(members), t] = fast
         return out
@@ -229,11 +270,11 @@ class ModelSets:
         return {g: same for g, same in out.items() if len(same) > fast // g}
 
     def twin_groups(self, pi: PlacementInput) -> tuple[tuple[int, ...], ...]:
-        """Interchangeable jobs with tiers to order: waiting, of one size, class and weight."""
-        same: dict[tuple[int, str, float], list[int]] = {}
+        """Interchangeable jobs with tiers to order: waiting, of one size, class, weight and type speeds."""
+        same: dict[tuple, list[int]] = {}
         for j, job in enumerate(pi.jobs):
             if not job.current_gpus and len(self.tiers[j]) > 1:
-                same.setdefault((job.num_gpus, job.app_class, job.weight), []).append(j)
+                same.setdefault((job.num_gpus, job.app_class, job.weight, job.type_speed), []).append(j)
         return tuple(tuple(group) for group in same.values() if len(group) > 1)
 
     def twins(self, pi: PlacementInput) -> list[tuple[int, int]]:
@@ -241,40 +282,51 @@ class ModelSets:
         return [(a, b) for group in self.twin_groups(pi) for a, b in zip(group, group[1:])]
 
     def on_node(self, n: int) -> np.ndarray:
-        """The types on node n."""
+        """The groups on node n."""
         return np.flatnonzero(self.node_of == n)
 
 
-def gpu_types(pi: PlacementInput) -> list[tuple[str, ...]]:
-    """GPUs grouped by node and slowdown for every class in play (interchangeable GPUs)."""
+def gpu_groups(pi: PlacementInput) -> list[tuple[str, ...]]:
+    """GPUs grouped by node, GPU type and slowdown for every class in play (interchangeable GPUs)."""
     classes = sorted({j.app_class for j in pi.jobs})
     groups: dict[tuple, list[str]] = {}
     for g in pi.gpus:
-        groups.setdefault((g.node, *(round(g.slowdown[c], 9) for c in classes)), []).append(g.id)
+        groups.setdefault((g.node, g.gpu_type, *(round(g.slowdown[c], 9) for c in classes)), []).append(g.id)
     return [tuple(ids) for ids in groups.values()]
 
 
 def model_sets(pi: PlacementInput) -> ModelSets:
     """The index sets and parameters of the model of `pi` (module docstring)."""
-    types = gpu_types(pi)
-    type_of = _type_of(types)
+    types = gpu_groups(pi)
+    group_of = _group_of(types)
     cap = np.array([len(t) for t in types], dtype=int)
     nodes = tuple(sorted({pi.node_of(t[0]) for t in types}))
     node_of = np.array([nodes.index(pi.node_of(t[0])) for t in types], dtype=int)
-    largest_node = int(np.bincount(node_of, weights=cap, minlength=len(nodes)).max(initial=0))
-    tiers, tier_of = [], []
+    gpu_types = tuple(sorted({pi.gpu_index[t[0]].gpu_type for t in types}))
+    type_of = np.array([gpu_types.index(pi.gpu_index[t[0]].gpu_type) for t in types], dtype=int)
+    slowdown = {c: np.array([pi.gpu_index[t[0]].slowdown[c] for t in types], dtype=float)
+                for c in {j.app_class for j in pi.jobs}}
+    per_node = np.bincount(node_of, weights=cap, minlength=len(nodes))
+    tiers, tier_of, largest_node, usable_nodes, bounds = [], [], [], [], []
     for job in pi.jobs:
-        tau_k = np.round([pi.gpu_index[t[0]].slowdown[job.app_class] for t in types], 9)
-        tiers.append(np.unique(tau_k))
-        tier_of.append(np.searchsorted(tiers[-1], tau_k))
+        r = np.array([job.speed_on(t) for t in gpu_types])[type_of]  # r_j theta(k); 0 off Theta_j
+        usable = r > 0
+        tau_k = np.round(np.divide(slowdown[job.app_class], r, out=np.full(len(types), np.inf), where=usable), 9)
+        tiers.append(np.unique(tau_k[usable]))
+        tier_of.append(np.where(usable, np.searchsorted(tiers[-1], tau_k), -1))
+        on_usable = per_node if usable.all() else np.bincount(node_of[usable], weights=cap[usable], minlength=len(nodes))
+        largest_node.append(on_usable.max(initial=0))
+        usable_nodes.append(on_usable > 0)
+        bounds.append(np.where(usable, np.minimum(cap, job.num_gpus), 0).astype(float).tolist())
     need = np.array([j.num_gpus for j in pi.jobs], dtype=int)
-    return ModelSets(tuple(types), cap, nodes, node_of, largest_node, need, tuple(tiers), tuple(tier_of),
-                     tuple(_current_counts(j, type_of) for j in pi.jobs))
+    return ModelSets(tuple(types), cap, nodes, node_of, np.array(largest_node, dtype=int), need, tuple(tiers),
+                     tuple(tier_of), tuple(_current_counts(j, group_of) for j in pi.jobs), gpu_types, type_of,
+                     tuple(usable_nodes), tuple(bounds))
 
 
 @dataclass(frozen=True)
 class JobColumns:
-    """One job's columns: x per type, y per node, z per tier >= 1, m, p, s (-1: none)."""
+    """One job's columns: x per group, y per node, z per tier >= 1, m, p, s (-1: none), v per type of Theta_j (j in M)."""
 
     x: tuple[int, ...]
     y: tuple[int, ...]
@@ -283,6 +335,8 @@ class JobColumns:
     p: int
     s: int
     tiers: tuple[float, ...]
+    v: tuple[int, ...] = ()
+    v_types: tuple[str, ...] = ()  # the GPU type of each v column
 
 
 @dataclass(frozen=True)
@@ -294,7 +348,7 @@ class PlacementModel:
     arrays
         The MILP (maximize; its offset the constant part of the objective).
     types, nodes
-        The GPU types (GPU ids of each) and node ids the columns count.
+        The GPU groups (GPU ids of each) and node ids the columns count.
     jobs
         Each job's columns, in the PlacementInput's job order.
     twin_groups
@@ -304,7 +358,7 @@ class PlacementModel:
     """
 
     arrays: MilpArrays
-    types: tuple[tuple[str, ...], ...]  # GPU ids per type
+    types: tuple[tuple[str, ...], ...]  # GPU ids per group
     nodes: tuple[str, ...]
     jobs: tuple[JobColumns, ...]
     twin_groups: tuple[tuple[int, ...], ...] = ()  # ModelSets.twin_groups: (twins) orders them
@@ -312,18 +366,19 @@ class PlacementModel:
 
     @property
     def x_cols(self) -> dict[tuple[int, int], int]:
-        """(job, type) -> the column of x_jk."""
+        """(job, group) -> the column of x_jk."""
         return {(j, k): c for j, cols in enumerate(self.jobs) for k, c in enumerate(cols.x)}
 
 
 def build(pi: PlacementInput) -> PlacementModel:
     """The model of `pi` as arrays (module docstring), with what its columns and rows mean.
 
-    Columns, job by job: x per type, y per node, z per tier >= 1, m, p, then s if the job can
-    stay. The objective's constant sum_j w_j (1/tau_j0 - rho_j [j in R]) is the arrays' offset.
-    Rows are keyed by their tag in the module docstring and its indices (job, type, node,
-    tier), in one block: each job's rows, then (cap), (twins) and (scarce) with its
-    (scarce_count), the order the solvers have always been given.
+    Columns, job by job: x per group, y per node, z per tier >= 1, m, p, then s if the job can
+    stay and v per type if it has several (j in M). The objective's constant
+    sum_j w_j (1/tau_j0 - rho_j [j in R]) is the arrays' offset. Rows are keyed by their tag in
+    the module docstring and its indices (job, group, node, tier, type), in one block: each
+    job's rows, then (cap), (twins) and (scarce) with its (scarce_count), the order the solvers
+    have always been given.
     """
     st = model_sets(pi)
     types = range(len(st.types))
@@ -340,7 +395,7 @@ def build(pi: PlacementInput) -> PlacementModel:
         w, G, inv0, d = job.weight, float(st.need[j]), 1 / st.tiers[j][0], st.gain(j)
         offset += w * inv0 - w * pi.restart_penalty * bool(job.current_gpus)
         x = [col(0.0, st.bound(j, k)) for k in types]
-        y = [col(0.0, 1.0) for _ in st.nodes]
+        y = [col(0.0, float(st.usable_node(j, n))) for n in range(len(st.nodes))]
         z = [col(w * d_t, 1.0) for d_t in d]  # z[t - 1] is tier t
         m = col(0.0, 1.0, lo=float(st.spans(j)))
         p = col(-w * (1 - 1 / pi.across_node), inv0, integer=False)
@@ -365,7 +420,13 @@ def build(pi: PlacementInput) -> PlacementModel:
         rows.add_dict(("lost", j), {p: 1.0, **{z[t]: -d[t] for t in range(len(z))}, m: -inv0}, 0.0, np.inf)
         for k, count in (st.current[j] or {}).items():
             rows.add_dict(("stay", j, k), {x[k]: 1.0, s: -float(count)}, 0.0, np.inf)
-        job_cols.append(JobColumns(tuple(x), tuple(y), tuple(z), m, p, s, tuple(st.tiers[j])))
+        v = {theta: col(0.0, 1.0) for theta in st.job_types(j)}
+        for theta, v_col in v.items():
+            rows.add_dict(("typed", j, theta), {**{x[k]: 1.0 for k in st.of_type(theta)}, v_col: -G}, -np.inf, 0.0)
+        if v:
+            rows.add_dict(("onetype", j), dict.fromkeys(v.values(), 1.0), -np.inf, 1.0)
+        job_cols.append(JobColumns(tuple(x), tuple(y), tuple(z), m, p, s, tuple(st.tiers[j]), tuple(v.values()),
+                                   tuple(st.gpu_types[theta] for theta in v)))
     for k in types:
         rows.add_dict(("cap", k), {cols_j.x[k]: 1.0 for cols_j in job_cols}, -np.inf, float(st.cap[k]))
     twin_groups = st.twin_groups(pi)
@@ -389,8 +450,9 @@ def build(pi: PlacementInput) -> PlacementModel:
 def build_pyomo(pi: PlacementInput) -> pyo.ConcreteModel:
     """The same model in Pyomo, term by term as `build` and the module docstring, indexed by names.
 
-    J are job ids, K GPU types (named by their GPUs, e.g. "n0/2+n0/3"), N node ids, T tiers
-    1, 2, ... of a job; each constraint is a component of its tag's name. `columns` lists its
+    J are job ids, K GPU groups (named by their GPUs, e.g. "n0/2+n0/3"), N node ids, T tiers
+    1, 2, ... of a job, JV the (job, GPU type) pairs of the jobs of M; each constraint is a
+    component of its tag's name. `columns` lists its
     variables in `build`'s column order, so that a test solves both and compares them.
     """
     import pyomo.environ as pyo  # here, not at the top: rounds solved from arrays never load Pyomo
@@ -406,20 +468,26 @@ def build_pyomo(pi: PlacementInput) -> pyo.ConcreteModel:
     model.J, model.K, model.N = (pyo.Set(initialize=names, ordered=True) for names in (J, K, N))
     model.JT = pyo.Set(dimen=2, initialize=[(J[j], t) for j in jobs for t in range(1, len(st.tiers[j]))], ordered=True)
     model.S = pyo.Set(initialize=[J[j] for j in jobs if st.current[j] is not None], ordered=True)
+    model.JV = pyo.Set(dimen=2, initialize=[(J[j], st.gpu_types[theta]) for j in jobs for theta in st.job_types(j)],
+                       ordered=True)
+    theta_x = {name: i for i, name in enumerate(st.gpu_types)}
 
     model.x = pyo.Var(model.J, model.K, domain=pyo.NonNegativeIntegers,
                       bounds=lambda _, j, k: (0, st.bound(jx[j], kx[k])))
-    model.y = pyo.Var(model.J, model.N, domain=pyo.Binary)
+    model.y = pyo.Var(model.J, model.N, domain=pyo.Binary,
+                      bounds=lambda _, j, n: (0, float(st.usable_node(jx[j], nx[n]))))
     model.z = pyo.Var(model.JT, domain=pyo.Binary)
     model.m = pyo.Var(model.J, domain=pyo.Binary, bounds=lambda _, j: (float(st.spans(jx[j])), 1))
     model.p = pyo.Var(model.J, domain=pyo.NonNegativeReals, bounds=lambda _, j: (0, 1 / st.tiers[jx[j]][0]))
     model.s = pyo.Var(model.S, domain=pyo.Binary)
+    model.v = pyo.Var(model.JV, domain=pyo.Binary)
     # the variables by index, as `build` and the docstring write them
     x = {(j, k): model.x[J[j], K[k]] for j in jobs for k in types}
     y = {(j, n): model.y[J[j], N[n]] for j in jobs for n in nodes}
     z = {(j, t): model.z[J[j], t] for j in jobs for t in range(1, len(st.tiers[j]))}
     m, p = [model.m[J[j]] for j in jobs], [model.p[J[j]] for j in jobs]
     s = {j: model.s[J[j]] for j in jobs if st.current[j] is not None}
+    v = {(j, theta): model.v[J[j], st.gpu_types[theta]] for j in jobs for theta in st.job_types(j)}
 
     def inverse_worst(j: int):
         """1/tau_j0 + sum_t d_jt z_jt: 1 / the worst slowdown of job j's GPUs, telescoped."""
@@ -451,6 +519,11 @@ def build_pyomo(pi: PlacementInput) -> pyo.ConcreteModel:
     model.stay = pyo.Constraint(model.stay_index, rule=lambda _, j, k: x[jx[j], kx[k]]
                                 >= current[jx[j]][kx[k]] * s[jx[j]])
 
+    model.typed = pyo.Constraint(model.JV, rule=lambda _, j, theta: sum(
+        x[jx[j], int(k)] for k in st.of_type(theta_x[theta])) <= int(st.need[jx[j]]) * v[jx[j], theta_x[theta]])
+    model.onetype = pyo.Constraint(pyo.Set(initialize=list(dict.fromkeys(j for j, _ in model.JV)), ordered=True),
+                                   rule=lambda _, j: sum(v[jx[j], theta] for theta in st.job_types(jx[j])) <= 1)
+
     model.cover = pyo.Constraint(model.JT, rule=lambda _, j, t: sum(x[jx[j], int(k)] for k in st.at_least(jx[j], t))
                                  <= int(st.need[jx[j]]) * z[jx[j], t])
     alone = {j: st.alone_tiers(j) for j in jobs if not st.spans(j)}
@@ -480,9 +553,9 @@ def build_pyomo(pi: PlacementInput) -> pyo.ConcreteModel:
     restart = sum(weight[j] * pi.restart_penalty * (1 - (s[j] if j in s else 0))
                   for j in jobs if pi.jobs[j].current_gpus)
     model.obj = pyo.Objective(expr=speed - restart, sense=pyo.maximize)
-    model.columns = [v for j in jobs for v in (
+    model.columns = [var for j in jobs for var in (
         *(x[j, k] for k in types), *(y[j, n] for n in nodes), *(z[j, t] for t in range(1, len(st.tiers[j]))),
-        m[j], p[j], *((s[j],) if j in s else ()))]
+        m[j], p[j], *((s[j],) if j in s else ()), *(v[j, theta] for theta in st.job_types(j)))]
     return model
 
 
@@ -491,27 +564,29 @@ def point(pi: PlacementInput, model: PlacementModel, placement: Mapping[str, tup
 
     The twins' GPUs are first exchanged as (twins) orders them (`twins_ordered`): the same
     placement up to the twins' names, and so a point of the model. x counts the GPUs of each
-    type, y the nodes used, z the tiers at or below the worst, m whether it spans nodes, p =
-    m / tau_worst, s whether a running job keeps its GPUs. A start that breaks a row is dropped
-    by the solver.
+    group, y the nodes used, z the tiers at or below the worst (effective slowdown), m whether
+    it spans nodes, p = m / tau_worst, s whether a running job keeps its GPUs, v its GPUs' type.
+    A start that breaks a row is dropped by the solver.
     """
     placement = twins_ordered(pi, model, placement)
     v = np.zeros(model.arrays.num_cols)
-    type_of = _type_of(model.types)
+    group_of = _group_of(model.types)
     for job, cols in zip(pi.jobs, model.jobs):
         gpu_ids = placement[job.id]
         for g in gpu_ids:
-            v[cols.x[type_of[g]]] += 1
+            v[cols.x[group_of[g]]] += 1
         used = {pi.gpu_index[g].node for g in gpu_ids}
         for n, c in zip(model.nodes, cols.y):
             v[c] = float(n in used)
-        worst = max(pi.gpu_index[g].slowdown[job.app_class] for g in gpu_ids)
+        worst = max(effective_slowdown(job, pi.gpu_index[g]) for g in gpu_ids)
         for t, c in enumerate(cols.z, start=1):
             v[c] = float(round(worst, 9) >= cols.tiers[t])
         v[cols.m] = float(len(used) > 1)
         v[cols.p] = v[cols.m] / worst
         if cols.s >= 0:
             v[cols.s] = float(not job.moved_to(gpu_ids))
+        for c, gpu_type in zip(cols.v, cols.v_types):
+            v[c] = float(any(pi.gpu_index[g].gpu_type == gpu_type for g in gpu_ids))
     return v
 
 
@@ -523,31 +598,31 @@ def twins_ordered(pi: PlacementInput, model: PlacementModel,
     out = dict(placement)
     for group in model.twin_groups:
         jobs = [pi.jobs[j] for j in group]
-        worst = [max(round(pi.gpu_index[g].slowdown[job.app_class], 9) for g in placement[job.id]) for job in jobs]
+        worst = [max(round(effective_slowdown(job, pi.gpu_index[g]), 9) for g in placement[job.id]) for job in jobs]
         order = sorted(range(len(jobs)), key=lambda i: -worst[i])
         for job, i in zip(jobs, order):
             out[job.id] = placement[jobs[i].id]
     return out
 
 
-def _type_of(types) -> dict[str, int]:
+def _group_of(types) -> dict[str, int]:
     return {g: k for k, ids in enumerate(types) for g in ids}
 
 
-def _current_counts(job: PlacementJob, type_of: dict[str, int]) -> dict[int, int] | None:
-    """Type -> current GPUs of a running job, if it could stay (all its GPUs offered)."""
+def _current_counts(job: PlacementJob, group_of: dict[str, int]) -> dict[int, int] | None:
+    """Group -> current GPUs of a running job, if it could stay (all its GPUs offered)."""
     if not job.current_gpus or len(job.current_gpus) != job.num_gpus:
         return None
-    if any(g not in type_of for g in job.current_gpus):
+    if any(g not in group_of for g in job.current_gpus):
         return None
-    return dict(Counter(type_of[g] for g in job.current_gpus))
+    return dict(Counter(group_of[g] for g in job.current_gpus))
 
 
 def decode(pi: PlacementInput, model: PlacementModel, values: np.ndarray) -> dict[str, tuple[str, ...]]:
-    """The placement of a point of the model: its counts per type made concrete GPUs.
+    """The placement of a point of the model: its counts per group made concrete GPUs.
 
-    x_jk GPUs of type k go to job j; a job keeps its current GPUs where its counts allow (so a
-    job that can stay does), and takes the rest of its count from the type's free GPUs in
+    x_jk GPUs of group k go to job j; a job keeps its current GPUs where its counts allow (so a
+    job that can stay does), and takes the rest of its count from the group's free GPUs in
     order. Each job's GPU ids are sorted.
     """
     free = [list(ids) for ids in model.types]

@@ -1,33 +1,41 @@
 """The placement problem (PAL, Jain et al. SC'24): jobs of fixed GPU counts onto concrete GPUs.
 
-A `PlacementInput` holds the GPUs the chosen jobs may use (each on a node, with a slowdown per
-application class) and the jobs, every one to be placed on exactly `num_gpus` of them. A
-placement (`Placement`) maps each job id to its GPU ids. Its worth (`placement_objective`) is
-the weighted sum of the jobs' speeds (`job_speed`: 1 / (worst slowdown x locality factor)), less
-the restart penalty of each running job it moves. The exact model (formulations.placement),
+A `PlacementInput` holds the GPUs the chosen jobs may use (each on a node, of a GPU type, with a
+slowdown per application class) and the jobs, every one to be placed on exactly `num_gpus` of
+them, all of one GPU type it can run on. A placement (`Placement`) maps each job id to its GPU
+ids. Its worth (`placement_objective`) is the weighted sum of the jobs' speeds (`job_speed`:
+1 / (worst effective slowdown x locality factor)), less the restart penalty of each running job
+it moves. A GPU's effective slowdown for a job is its slowdown within its type divided by the
+job's relative speed on that type (`PlacementJob.speed_on`; 1 on a cluster of one type), so
+PAL's slowdowns compare GPUs of one type and the type's speed compares types. The exact model (formulations.placement),
 PAL's greedy (formulations.placement_greedy), the windows (formulations.placement_windows) and
 the placement policies (policies.placement) all solve this one problem.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from schedlab.errors import InputError
 
-__all__ = ["Placement", "PlacementGpu", "PlacementInput", "PlacementJob", "job_speed", "placement_objective"]
+__all__ = ["Placement", "PlacementGpu", "PlacementInput", "PlacementJob", "effective_slowdown", "job_speed",
+           "placement_objective", "type_plan"]
 
 Placement = dict[str, tuple[str, ...]]  # job id -> GPU ids
 
 
 @dataclass(frozen=True)
 class PlacementGpu:
-    """One GPU: its id, its node's id and its slowdown per application class."""
+    """One GPU: its id, its node's id, its slowdown per application class and its GPU type."""
 
     id: str
     node: str
-    slowdown: Mapping[str, float]  # application class -> factor (1 = typical, higher = slower)
+    slowdown: Mapping[str, float]  # application class -> factor within its type (1 = typical, higher = slower)
+    gpu_type: str = "default"
 
 
 @dataclass(frozen=True)
@@ -35,7 +43,9 @@ class PlacementJob:
     """One job to place on exactly `num_gpus` GPUs.
 
     Its application class says whose slowdowns apply; `current_gpus` are the GPU ids it runs
-    on now (empty: waiting); `weight` is w_j, its weight in the objective.
+    on now (empty: waiting); `weight` is w_j, its weight in the objective. `type_speed` lists
+    (GPU type, r) for the types it can run on, r its speed there relative to its fastest type
+    (in (0, 1]); empty, it runs on every type at r = 1 (a cluster of one type).
     """
 
     id: str
@@ -43,6 +53,13 @@ class PlacementJob:
     app_class: str
     current_gpus: tuple[str, ...] = ()
     weight: float = 1.0
+    type_speed: tuple[tuple[str, float], ...] = ()
+
+    def speed_on(self, gpu_type: str) -> float:
+        """r, the job's relative speed on GPUs of `gpu_type`: 0 where it cannot run (type_speed)."""
+        if not self.type_speed:
+            return 1.0
+        return next((r for t, r in self.type_speed if t == gpu_type), 0.0)
 
     def moved_to(self, gpu_ids: tuple[str, ...]) -> bool:
         """Whether placing the job on `gpu_ids` moves it: it runs now, on other GPUs.
@@ -72,8 +89,8 @@ class PlacementInput:
     Raises
     ------
     InputError
-        When the jobs need more GPUs than offered, a GPU is current for two jobs, or a GPU has
-        no slowdown for a class in play.
+        When the jobs need more GPUs than offered, a GPU is current for two jobs, a GPU has no
+        slowdown for a class in play, or no GPU type a job can run on has its GPUs.
     """
 
     gpus: tuple[PlacementGpu, ...]  # the GPUs the chosen jobs may use
@@ -100,6 +117,12 @@ class PlacementInput:
             missing = next((g for g in self.gpus if c not in g.slowdown), None)
             if missing is not None:
                 raise InputError([f"placement: GPU {missing.id} has no slowdown for class {c!r} (job {j.id})"])
+        per_type = Counter(g.gpu_type for g in self.gpus)
+        short = [f"placement: job {j.id} needs {j.num_gpus} GPUs of one type it can run on; its types offer at most "
+                 f"{max((n for t, n in per_type.items() if j.speed_on(t) > 0), default=0)}"
+                 for j in self.jobs if not any(n >= j.num_gpus and j.speed_on(t) > 0 for t, n in per_type.items())]
+        if short:
+            raise InputError(short)
 
     def node_of(self, gpu: str) -> str:
         """The node of GPU id `gpu`."""
@@ -113,14 +136,21 @@ class PlacementInput:
         return out
 
 
+def effective_slowdown(job: PlacementJob, gpu: PlacementGpu) -> float:
+    """The GPU's slowdown for the job over the job's relative speed on its type (inf where it cannot run)."""
+    r = job.speed_on(gpu.gpu_type)
+    return gpu.slowdown[job.app_class] / r if r > 0 else float("inf")
+
+
 def job_speed(pi: PlacementInput, job: PlacementJob, gpu_ids: tuple[str, ...]) -> float:
-    """A job's speed on `gpu_ids`: 1 / (worst slowdown of its GPUs x locality factor).
+    """A job's speed on `gpu_ids`: 1 / (worst effective slowdown of its GPUs x locality factor).
 
     The data-parallel job runs at the speed of its slowest GPU (PAL); the locality factor is
-    `across_node` when its GPUs span nodes, else 1. A job on typical GPUs of one node runs at 1.
+    `across_node` when its GPUs span nodes, else 1. A job on typical GPUs of one node of its
+    fastest type runs at 1; on a type it cannot run on, at 0.
     """
     chosen = [pi.gpu_index[g] for g in gpu_ids]
-    worst = max(g.slowdown[job.app_class] for g in chosen)
+    worst = max(effective_slowdown(job, g) for g in chosen)
     spread = pi.across_node if len({g.node for g in chosen}) > 1 else 1.0
     return 1.0 / (worst * spread)
 
@@ -136,3 +166,54 @@ def placement_objective(pi: PlacementInput, placement: Mapping[str, tuple[str, .
         gpu_ids = placement[job.id]
         total += job.weight * (job_speed(pi, job, gpu_ids) - pi.restart_penalty * job.moved_to(gpu_ids))
     return total
+
+
+def type_plan(pi: PlacementInput) -> dict[str, str]:
+    """A GPU type for every job such that the jobs fit on their types together (by GPU count).
+
+    Largest job first (ties: the job of fewer types, then input order), each on the type of its
+    current GPUs where it runs on one it can run on, else the fastest type for it, with its GPUs
+    left (ties: the most left, then the name). Where that leaves a job without room, the
+    assignment is solved exactly (`_assign_types`). Within one type any jobs whose GPUs add up
+    to no more than the type's fit, so a greedy placement that keeps each job on its planned
+    type never runs out.
+
+    Raises
+    ------
+    InputError
+        When no assignment fits: the jobs do not fit on their types together (choose fewer jobs).
+    """
+    left = Counter(g.gpu_type for g in pi.gpus)
+    kinds = {j.id: sum(j.speed_on(t) > 0 for t in left) for j in pi.jobs}
+    out = {}
+    for job in sorted(pi.jobs, key=lambda j: (-j.num_gpus, kinds[j.id])):  # stable: input order on ties
+        fits = [t for t in sorted(left) if left[t] >= job.num_gpus and job.speed_on(t) > 0]
+        if not fits:
+            return _assign_types(pi)
+        held = {pi.gpu_index[g].gpu_type for g in job.current_gpus if g in pi.gpu_index}
+        out[job.id] = min(fits, key=lambda t: (held != {t}, -job.speed_on(t), -left[t]))
+        left[out[job.id]] -= job.num_gpus
+    return out
+
+
+def _assign_types(pi: PlacementInput) -> dict[str, str]:
+    """A type per job that fits by count, found exactly, the jobs' speeds on them as large as can be.
+
+    max sum_j sum_theta r_j theta a_j theta s.t. sum_theta a_j theta = 1 (j), sum_j G_j a_j theta
+    <= GPUs of theta (theta), a binary and 0 off the job's types: a small assignment MILP
+    (scipy.optimize.milp; the placement model needs no solver for it).
+    """
+    from scipy.optimize import Bounds, LinearConstraint, milp  # here: only where the greedy plan fails
+
+    types = sorted({g.gpu_type for g in pi.gpus})
+    cap = Counter(g.gpu_type for g in pi.gpus)
+    r = np.array([[job.speed_on(t) for t in types] for job in pi.jobs]).ravel()
+    one = np.kron(np.eye(len(pi.jobs)), np.ones(len(types)))
+    use = np.kron(np.array([[job.num_gpus for job in pi.jobs]], dtype=float), np.eye(len(types)))
+    found = milp(-r, integrality=np.ones(len(r)), bounds=Bounds(0, (r > 0).astype(float)),
+                 constraints=[LinearConstraint(one, 1, 1), LinearConstraint(use, 0, [cap[t] for t in types])])
+    if found.x is None:
+        raise InputError([f"placement: the jobs ({', '.join(j.id for j in pi.jobs)}) do not fit on the GPU types "
+                          "they can run on together; choose fewer jobs"])
+    chosen = np.rint(found.x).reshape(len(pi.jobs), len(types)).argmax(axis=1)
+    return {job.id: types[t] for job, t in zip(pi.jobs, chosen)}

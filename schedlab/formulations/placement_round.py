@@ -33,13 +33,14 @@ from schedlab.formulations.placement_problem import (
 from schedlab.formulations.placement_windows import search_windows, status, upper_bound
 from schedlab.milp import FAILED, TIME_LIMIT, MilpArrays, OneModel, SolveOutcome, Solver
 from schedlab.models.efficiency import submitted_split
-from schedlab.state import GpuRef, JobAllocation, RoundInput, Settings, Status
+from schedlab.models.throughput import throughput
+from schedlab.state import GpuRef, JobAllocation, JobSpec, RoundInput, Settings, Status
 
 if TYPE_CHECKING:
     import pyomo.environ as pyo
 
 __all__ = ["EXACT_MAX_GPUS", "PlacementMilp", "PlacementResult", "PlacementRoundModel", "PlacementView",
-           "WindowedPlacementModel", "placement_model", "placement_view", "solve_exact", "solve_placement"]
+           "WindowedPlacementModel", "placement_model", "placement_view", "solve_exact", "solve_placement", "type_speeds"]
 
 
 @dataclass(frozen=True)
@@ -152,11 +153,13 @@ def solve_exact(pi: PlacementInput, solver: Solver, settings: Settings,
 def _problems(ri: RoundInput) -> list[str]:
     """Why the placement formulation cannot take this round (empty: it can)."""
     found = []
-    kinds = sorted({n.gpu_type for n in ri.cluster.nodes})
-    if len(kinds) > 1:
-        found.append(f"cluster.nodes: GPU types {kinds}; the placement formulation takes a cluster of one GPU "
-                     "type (use the goodput or joint formulation)")
+    several = len(ri.cluster.gpu_types) > 1
     for i, job in enumerate(ri.jobs):
+        if several and not ri.cluster.gpu_types & job.throughput.keys():
+            found.append(f"jobs[{i}].throughput_params: job {job.id!r} has parameters for none of the cluster's GPU "
+                         f"types {sorted(ri.cluster.gpu_types)}; on a cluster of several types a job runs only on "
+                         "types it has parameters for")
+            continue
         size, lo = job.gang_gpus, max(job.min_gpus, 1)
         if not lo <= size <= job.max_gpus:
             found.append(f"jobs[{i}].requested_gpus: the placement formulation places job {job.id!r} on exactly "
@@ -198,18 +201,38 @@ class PlacementView:
         return tuple(out)
 
 
+def type_speeds(ri: RoundInput, job: JobSpec) -> tuple[tuple[str, float], ...]:
+    """(GPU type, r) of the cluster's types the job has parameters for; () on a cluster of one type.
+
+    r is the job's throughput (models.throughput) on JobSpec.gang_gpus GPUs of one node of the
+    type at its submitted batch (submitted_split), over the best of its types: 1 on its fastest.
+    """
+    if len(ri.cluster.gpu_types) < 2:
+        return ()
+    size = job.gang_gpus
+    micro, accum = submitted_split(job, size)
+    speed = {t: float(throughput(job.throughput[t], 1, size, micro, accum))
+             for t in sorted(ri.cluster.gpu_types & job.throughput.keys())}
+    fastest = max(speed.values())
+    return tuple((t, v / fastest) for t, v in speed.items())
+
+
 def placement_view(ri: RoundInput) -> PlacementView:
-    """The round's PlacementInput (module docstring); InputError if the formulation cannot take it."""
+    """The round's PlacementInput (module docstring); InputError if the formulation cannot take it.
+
+    A GPU carries its node's type; on a cluster of several types each job carries its
+    `type_speeds`.
+    """
     found = _problems(ri)
     if found:
         raise InputError(found)
     classes = sorted({job.variability_class for job in ri.jobs})
     refs = {ref.key: ref for ref in (GpuRef(n.id, k) for n in ri.cluster.nodes for k in range(n.gpus))}
     nodes = {n.id: n for n in ri.cluster.nodes}
-    gpus = tuple(PlacementGpu(key, ref.node, {c: nodes[ref.node].gpu_slowdown(ref.gpu, c) for c in classes})
-                 for key, ref in refs.items())
-    jobs = tuple(PlacementJob(job.id, job.gang_gpus, job.variability_class, tuple(ref.key for ref in job.current_gpus))
-                 for job in ri.jobs)
+    gpus = tuple(PlacementGpu(key, ref.node, {c: nodes[ref.node].gpu_slowdown(ref.gpu, c) for c in classes},
+                              nodes[ref.node].gpu_type) for key, ref in refs.items())
+    jobs = tuple(PlacementJob(job.id, job.gang_gpus, job.variability_class, tuple(ref.key for ref in job.current_gpus),
+                              type_speed=type_speeds(ri, job)) for job in ri.jobs)
     topology = ri.cluster.topology
     across_node = topology.across_node_factor if topology is not None else 1.0
     return PlacementView(ri, PlacementInput(gpus, jobs, across_node, restart_penalty=0.0), refs)
@@ -320,8 +343,9 @@ def placement_model(round_input: RoundInput) -> PlacementRoundModel | WindowedPl
 
     The model of formulations.placement's module docstring: one MILP up to EXACT_MAX_GPUS GPUs,
     windows of it above, both warm-started from PAL's greedy placement. InputError
-    (placement_view) when the formulation cannot take the round: GPUs of several types, a job
-    that cannot run on its gang size, or jobs needing more GPUs than the cluster has.
+    (placement_view) when the formulation cannot take the round: a job with parameters for
+    none of several GPU types, a job that cannot run on its gang size, or jobs needing more GPUs
+    than the cluster has (or, from PAL's greedy, than their types have).
     """
     view = placement_view(round_input)
     greedy = pal_greedy(view.pi, np.random.default_rng(round_input.settings.seed))

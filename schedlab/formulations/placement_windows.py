@@ -7,10 +7,10 @@ depends only on its own GPUs, so a placement improves exactly as much as any sub
 does when re-placed on the GPUs they hold. Large neighbourhood search (Shaw, CP'98) on that:
 
 - **start**: P := the start (PAL's greedy); regret_j = w_j (best_j - speed_j(P)), what job j
-  could still gain: best_j is its speed on the best GPU of the cluster for its class, on one
-  node if one can hold it (`best_speed`);
+  could still gain: best_j is its speed on the best GPU of the cluster for it (its class, its
+  types), on one node if one can hold it (`best_speed`);
 - **window**: for the job j* of largest regret not yet tried: its own nodes, then the nodes
-  fastest for its class (mean slowdown), until WINDOW_GPUS GPUs;
+  fastest for it (mean effective slowdown), until WINDOW_GPUS GPUs;
 - **free**: J_W = the jobs all of whose GPUs lie in the window; the GPUs offered are the
   window's minus those of jobs partly outside it (these stay where they are);
 - **solve**: the exact model (placement.build) of J_W on those GPUs, warm-started from P,
@@ -31,7 +31,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schedlab.formulations.placement_problem import PlacementInput, job_speed, placement_objective
+from schedlab.formulations.placement_problem import (
+    PlacementInput,
+    PlacementJob,
+    effective_slowdown,
+    job_speed,
+    placement_objective,
+)
 from schedlab.milp import OPTIMAL, TIME_LIMIT
 from schedlab.state import Status
 
@@ -69,12 +75,16 @@ def status(bound: float, objective: float, mip_gap: float) -> Status:
 def best_speed(pi: PlacementInput) -> np.ndarray:
     """Per job: best_j, the fastest it could run.
 
-    Its speed on the cluster's best GPU for its class (1 / the smallest slowdown), on one node
-    where one can hold it, else across nodes (divided by L).
+    Its speed on the cluster's best GPU for it (1 / the smallest effective slowdown), on one
+    node of its types where one can hold it, else across nodes (divided by L).
     """
-    fastest = {c: 1.0 / min(g.slowdown[c] for g in pi.gpus) for c in {j.app_class for j in pi.jobs}}
-    largest_node = max(Counter(g.node for g in pi.gpus).values(), default=0)
-    return np.array([fastest[j.app_class] / (pi.across_node if j.num_gpus > largest_node else 1.0) for j in pi.jobs])
+    out = {}
+    for key, job in {_speed_key(j): j for j in pi.jobs}.items():
+        usable = [g for g in pi.gpus if job.speed_on(g.gpu_type) > 0]
+        fastest = 1.0 / min(effective_slowdown(job, g) for g in usable)
+        out[key] = fastest, max(Counter(g.node for g in usable).values(), default=0)
+    return np.array([out[_speed_key(j)][0] / (pi.across_node if j.num_gpus > out[_speed_key(j)][1] else 1.0)
+                     for j in pi.jobs])
 
 
 def regret(pi: PlacementInput, placement: Mapping[str, tuple[str, ...]], best: np.ndarray | None = None) -> np.ndarray:
@@ -83,17 +93,25 @@ def regret(pi: PlacementInput, placement: Mapping[str, tuple[str, ...]], best: n
     return np.array([job.weight * (b - job_speed(pi, job, placement[job.id])) for job, b in zip(pi.jobs, best)])
 
 
-def nodes_by_speed(pi: PlacementInput) -> dict[str, list[str]]:
-    """Per application class in play: the nodes, fastest for it (lowest mean slowdown) first."""
+def _speed_key(job: PlacementJob) -> tuple[str, tuple[tuple[str, float], ...]]:
+    """What a job's effective slowdowns depend on: its class and its type speeds."""
+    return job.app_class, job.type_speed
+
+
+def nodes_by_speed(pi: PlacementInput) -> dict[tuple[str, tuple[tuple[str, float], ...]], list[str]]:
+    """Per (application class, type speeds) in play: the nodes, fastest (lowest mean effective slowdown) first.
+
+    A node of a type the jobs cannot run on ranks last (infinite slowdown).
+    """
     per_node = pi.by_node(g.id for g in pi.gpus)
-    mean = {c: {n: np.mean([pi.gpu_index[g].slowdown[c] for g in gs]) for n, gs in per_node.items()}
-            for c in {j.app_class for j in pi.jobs}}
-    return {c: sorted(per_node, key=lambda n: (m[n], n)) for c, m in mean.items()}
+    mean = {key: {n: np.mean([effective_slowdown(job, pi.gpu_index[g]) for g in gs]) for n, gs in per_node.items()}
+            for key, job in {_speed_key(j): j for j in pi.jobs}.items()}
+    return {key: sorted(per_node, key=lambda n: (m[n], n)) for key, m in mean.items()}
 
 
 def window_nodes(pi: PlacementInput, placement: Mapping[str, tuple[str, ...]], seed_job: int,
-                 window_gpus: int = WINDOW_GPUS, ranked: Mapping[str, list[str]] | None = None) -> list[str]:
-    """A window's nodes: the seed job's own, then the nodes fastest for its class, up to window_gpus GPUs.
+                 window_gpus: int = WINDOW_GPUS, ranked: Mapping[tuple, list[str]] | None = None) -> list[str]:
+    """A window's nodes: the seed job's own, then the nodes fastest for it, up to window_gpus GPUs.
 
     `ranked` is nodes_by_speed's, computed if not given. The seed job's nodes are all kept even
     when they hold more than window_gpus GPUs.
@@ -103,7 +121,7 @@ def window_nodes(pi: PlacementInput, placement: Mapping[str, tuple[str, ...]], s
     per_node = Counter(g.node for g in pi.gpus)
     own = list(dict.fromkeys(pi.node_of(g) for g in placement[job.id]))
     chosen, size = own, sum(per_node[n] for n in own)
-    for n in (n for n in ranked[job.app_class] if n not in own):
+    for n in (n for n in ranked[_speed_key(job)] if n not in own):
         if size >= window_gpus:
             break
         chosen.append(n)

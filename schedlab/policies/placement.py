@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import time
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
@@ -36,8 +37,14 @@ import numpy as np
 from schedlab.api import solve_round
 from schedlab.errors import ConfigError
 from schedlab.formulations.placement_greedy import pal_greedy
-from schedlab.formulations.placement_problem import Placement, PlacementInput, PlacementJob, placement_objective
-from schedlab.formulations.placement_round import placement_view
+from schedlab.formulations.placement_problem import (
+    Placement,
+    PlacementInput,
+    PlacementJob,
+    placement_objective,
+    type_plan,
+)
+from schedlab.formulations.placement_round import placement_view, type_speeds
 from schedlab.policies.base import HEURISTIC
 from schedlab.state import JobAllocation, JobSpec, RoundInput, RoundResult, Settings
 from schedlab.verify import verify
@@ -56,13 +63,25 @@ def _sf(pi: PlacementInput, job: PlacementJob, gpu: str) -> float:
     return pi.gpu_index[gpu].slowdown[job.app_class]
 
 
-def pm_take(pi: PlacementInput, job: PlacementJob, free: list[str]) -> list[str]:
+def _planned(pi: PlacementInput) -> dict[str, str] | None:
+    """Each job's GPU type on a cluster of several (placement_problem.type_plan); None on one type."""
+    return type_plan(pi) if len({g.gpu_type for g in pi.gpus}) > 1 else None
+
+
+def _of_type(pi: PlacementInput, free: list[str], gpu_type: str | None) -> list[str]:
+    """The GPUs of `free` of `gpu_type`, in order (all of them for None)."""
+    return free if gpu_type is None else [g for g in free if pi.gpu_index[g].gpu_type == gpu_type]
+
+
+def pm_take(pi: PlacementInput, job: PlacementJob, free: list[str], gpu_type: str | None = None) -> list[str]:
     """PM-First's GPUs for one job: lowest slowdown first, packed on a node where ties allow.
 
-    The free GPUs ranked by (the job class's slowdown, minus the GPUs of the same node at that
-    slowdown, node id, GPU id); the job takes the first `num_gpus`. Preferring the node with
-    the most equally fast GPUs keeps a job on one node when one holds enough of them.
+    The free GPUs (of `gpu_type` where given) ranked by (the job class's slowdown, minus the
+    GPUs of the same node at that slowdown, node id, GPU id); the job takes the first
+    `num_gpus`. Preferring the node with the most equally fast GPUs keeps a job on one node
+    when one holds enough of them.
     """
+    free = _of_type(pi, free, gpu_type)
     per_node = pi.by_node(free)
     same = {g: sum(1 for h in per_node[pi.node_of(g)] if _sf(pi, job, h) == _sf(pi, job, g)) for g in free}
     ranked = sorted(free, key=lambda g: (_sf(pi, job, g), -same[g], pi.node_of(g), g))
@@ -72,18 +91,19 @@ def pm_take(pi: PlacementInput, job: PlacementJob, free: list[str]) -> list[str]
 def pm_first(pi: PlacementInput, rng: np.random.Generator) -> Placement:
     """PM-First (PAL's baseline): the jobs in input order, each on its `pm_take` GPUs of those still free.
 
-    `rng` is unused: every placement function takes one (the random placement draws from it).
+    On a cluster of several GPU types each job takes GPUs of its type_plan type. `rng` is
+    unused: every placement function takes one (the random placement draws from it).
     """
-    free, out = _free(pi), {}
+    free, out, plan = _free(pi), {}, _planned(pi)
     for job in pi.jobs:
-        out[job.id] = tuple(pm_take(pi, job, free))
+        out[job.id] = tuple(pm_take(pi, job, free, None if plan is None else plan[job.id]))
         free = [g for g in free if g not in out[job.id]]
     return out
 
 
-def _pack(pi: PlacementInput, job: PlacementJob, free: list[str]) -> list[str]:
-    """Fewest nodes: the tightest node that fits, else the nodes with the most free GPUs."""
-    per_node = pi.by_node(free)
+def _pack(pi: PlacementInput, job: PlacementJob, free: list[str], gpu_type: str | None) -> list[str]:
+    """Fewest nodes (of `gpu_type` where given): the tightest node that fits, else the nodes with the most free GPUs."""
+    per_node = pi.by_node(_of_type(pi, free, gpu_type))
     fits = [gs for gs in per_node.values() if len(gs) >= job.num_gpus]
     if fits:
         tightest = min(fits, key=lambda gs: (len(gs), pi.node_of(gs[0])))
@@ -99,16 +119,20 @@ def _pack(pi: PlacementInput, job: PlacementJob, free: list[str]) -> list[str]:
 def packed_sticky(pi: PlacementInput, rng: np.random.Generator) -> Placement:
     """Packed, sticky: running jobs keep their GPUs, new ones go on the fewest nodes, slowdowns ignored.
 
-    A running job keeps its current GPUs when they are all offered and as many as it needs;
+    A running job keeps its current GPUs when they are all offered, as many as it needs and (on
+    a cluster of several types) of its type_plan type, which is theirs where it fits;
     every other job, in input order, takes the tightest node that fits it, else the nodes with
-    the most free GPUs (`_pack`). `rng` is unused.
+    the most free GPUs (`_pack`), of its type_plan type on a cluster of several types. `rng` is
+    unused.
     """
+    plan = _planned(pi)
     out = {j.id: tuple(sorted(j.current_gpus)) for j in pi.jobs
-           if j.current_gpus and len(j.current_gpus) == j.num_gpus and all(g in pi.gpu_index for g in j.current_gpus)}
+           if j.current_gpus and len(j.current_gpus) == j.num_gpus and all(g in pi.gpu_index for g in j.current_gpus)
+           and (plan is None or {pi.gpu_index[g].gpu_type for g in j.current_gpus} == {plan[j.id]})}
     free = [g for g in _free(pi) if all(g not in gs for gs in out.values())]
     for job in pi.jobs:
         if job.id not in out:
-            out[job.id] = tuple(_pack(pi, job, free))
+            out[job.id] = tuple(_pack(pi, job, free, None if plan is None else plan[job.id]))
             free = [g for g in free if g not in out[job.id]]
     return {job.id: out[job.id] for job in pi.jobs}
 
@@ -117,21 +141,27 @@ def packed_nonsticky(pi: PlacementInput, rng: np.random.Generator) -> Placement:
     """Packed, not sticky: every job re-packed each round on the fewest nodes, slowdowns ignored.
 
     Jobs are packed largest first (ties in input order) as `packed_sticky` packs new ones, so a
-    running job may move. `rng` is unused.
+    running job may move; each on its type_plan type on a cluster of several types. `rng` is
+    unused.
     """
-    free, out = _free(pi), {}
+    free, out, plan = _free(pi), {}, _planned(pi)
     for job in sorted(pi.jobs, key=lambda j: -j.num_gpus):
-        out[job.id] = tuple(_pack(pi, job, free))
+        out[job.id] = tuple(_pack(pi, job, free, None if plan is None else plan[job.id]))
         free = [g for g in free if g not in out[job.id]]
     return {job.id: out[job.id] for job in pi.jobs}
 
 
 def random_placement(pi: PlacementInput, rng: np.random.Generator) -> Placement:
-    """Uniformly random GPUs: one permutation of the offered GPUs, drawn from `rng`, dealt to the jobs in input order."""
-    free, out = list(rng.permutation(_free(pi))), {}
+    """Uniformly random GPUs: one permutation of the offered GPUs, drawn from `rng`, dealt to the jobs in input order.
+
+    On a cluster of several GPU types each job takes the first GPUs of the permutation of its
+    type_plan type.
+    """
+    free, out, plan = [str(g) for g in rng.permutation(_free(pi))], {}, _planned(pi)
     for job in pi.jobs:
-        out[job.id] = tuple(sorted(str(g) for g in free[: job.num_gpus]))
-        free = free[job.num_gpus:]
+        out[job.id] = tuple(sorted(_of_type(pi, free, None if plan is None else plan[job.id])[: job.num_gpus]))
+        taken = set(out[job.id])
+        free = [g for g in free if g not in taken]
     return out
 
 
@@ -148,7 +178,10 @@ def pal_queue(round_input: RoundInput, order: str, backfill: bool = False) -> di
 
     Jobs are taken in `order` (ties: oldest first, then input order) while their GPUs
     (JobSpec.gang_gpus) fit in the cluster's GPUs left; the first that does not fit stops the
-    queue, unless `backfill`, which goes on with the jobs behind it.
+    queue, unless `backfill`, which goes on with the jobs behind it. On a cluster of several GPU
+    types a job fits when a type it can run on has its GPUs left, and counts against the fastest
+    such type for it (placement_round.type_speeds; ties: the most left, then the name), so the
+    jobs chosen fit on their types together.
 
     Parameters
     ----------
@@ -164,12 +197,16 @@ def pal_queue(round_input: RoundInput, order: str, backfill: bool = False) -> di
     dict[str, int]
         Job id -> GPUs, for the jobs that run, in queue order.
     """
-    key, left, counts = QUEUE_ORDERS[order], round_input.cluster.total_gpus, {}
+    key, left, counts = QUEUE_ORDERS[order], Counter[str](), {}
+    for node in round_input.cluster.nodes:
+        left[node.gpu_type] += node.gpus
     for job in sorted(round_input.jobs, key=lambda j: (key(j), -j.age_s)):
         size = job.gang_gpus
-        if size <= left:
+        speeds = dict(type_speeds(round_input, job)) or dict.fromkeys(left, 1.0)
+        fits = [t for t, r in speeds.items() if left[t] >= size]
+        if fits:
             counts[job.id] = size
-            left -= size
+            left[min(fits, key=lambda t: (-speeds[t], -left[t], t))] -= size
         elif not backfill:
             break
     return counts
