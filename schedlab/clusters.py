@@ -12,12 +12,19 @@ and as it really runs (the replay's truth). Variability, by name (VARIABILITY):
                 of the cluster's own values (models.variability.tiered)
     centroids   each GPU draws a measured GPU's cluster centroid per class; truth = what is seen
 Racks: `racks` > 0 spreads the nodes evenly over that many racks (nodes_per_rack = ceil), each
-rack's uplink `uplink_gbps`, each node's link `node_gbps`; 0 leaves the topology out.
+rack's uplink `uplink_gbps`, each node's link `node_gbps`; 0 leaves the topology out. Racks and
+variability apply over every pool alike: the racks take the nodes in order, the variability
+draws every GPU.
+
+`parse_pools` reads a cluster's pools as written on a command line or in a config: TYPE:NODESxGPUS
+pools joined by commas (`v100:9x4,p100:9x4,k80:9x4`), or Gavel's V:P:K GPU counts of V100, P100
+and K80 (`36:36:36`, GAVEL_GPUS_PER_SERVER GPUs per server); `pools_text` writes them back.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,7 +34,8 @@ from schedlab.errors import ConfigError
 from schedlab.models.variability import assign_slowdowns, sample_measured, tiered
 from schedlab.state import Cluster, GpuRef, Node, Rack, Topology
 
-__all__ = ["VARIABILITY", "ClusterSpec", "NodePool", "make_cluster"]
+__all__ = ["GAVEL_GPUS_PER_SERVER", "GAVEL_TYPES", "VARIABILITY", "ClusterSpec", "NodePool", "make_cluster", "parse_pools",
+           "pools_text"]
 
 Slowdowns = dict[str, dict[str, float]]  # GPU id -> class -> factor
 
@@ -159,3 +167,58 @@ def make_cluster(spec: ClusterSpec) -> tuple[Cluster, Cluster]:
 
     return cluster(seen), cluster(truth)
 
+
+
+# Gavel's cluster spec (scheduler/scripts/drivers/simulate_scheduler_with_trace.py, --cluster_spec):
+# GPU counts of these types, in this order, on servers of --num_gpus_per_server GPUs (default 1:1:1)
+GAVEL_TYPES = ("v100", "p100", "k80")
+GAVEL_GPUS_PER_SERVER = 1
+_POOL = re.compile(r"([A-Za-z][\w.-]*):(\d+)x(\d+)")
+_GAVEL = re.compile(r"\d+:\d+:\d+")
+_FORMS = ("give TYPE:NODESxGPUS pools joined by commas, e.g. v100:9x4,p100:9x4,k80:9x4, or Gavel's V100:P100:K80 "
+          "GPU counts, e.g. 36:36:36")
+
+
+def parse_pools(text: str, where: str = "--cluster") -> tuple[NodePool, ...]:
+    """The node pools `text` writes (module docstring); ConfigError naming `where` and the forms.
+
+    GPU types are lower-cased; Gavel's form leaves out a type of 0 GPUs, as Gavel does.
+
+    Examples
+    --------
+    >>> parse_pools("v100:9x4,k80:2x8")
+    (NodePool(gpu_type='v100', num_nodes=9, gpus_per_node=4), NodePool(gpu_type='k80', num_nodes=2, gpus_per_node=8))
+    >>> [p.num_nodes for p in parse_pools("36:36:0")]
+    [36, 36]
+    """
+    text = text.strip()
+    if _GAVEL.fullmatch(text):
+        pools = tuple(NodePool(t, int(n) // GAVEL_GPUS_PER_SERVER, GAVEL_GPUS_PER_SERVER)
+                      for t, n in zip(GAVEL_TYPES, text.split(":"), strict=True) if int(n))
+        if not pools:
+            raise ConfigError(f"{where} {text}: no GPUs; {_FORMS}")
+        return pools
+    parts = [part.strip() for part in text.split(",")]
+    bad = next((part for part in parts if not _POOL.fullmatch(part)), None)
+    if bad is not None:
+        raise ConfigError(f"{where} {text}: cannot read {bad!r}; {_FORMS}")
+    pools = []
+    for part in parts:
+        match = _POOL.fullmatch(part)
+        assert match is not None
+        gpu_type, nodes, gpus = match.group(1).lower(), int(match.group(2)), int(match.group(3))
+        if nodes < 1 or gpus < 1:
+            raise ConfigError(f"{where} {text}: {part!r} needs at least 1 node of at least 1 GPU")
+        pools.append(NodePool(gpu_type, nodes, gpus))
+    return tuple(pools)
+
+
+def pools_text(pools: tuple[NodePool, ...]) -> str:
+    """The pools as parse_pools reads them, TYPE:NODESxGPUS joined by commas.
+
+    Examples
+    --------
+    >>> pools_text(parse_pools("V100:2x4, k80:1x8"))
+    'v100:2x4,k80:1x8'
+    """
+    return ",".join(f"{p.gpu_type}:{p.num_nodes}x{p.gpus_per_node}" for p in pools)
