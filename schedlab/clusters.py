@@ -18,15 +18,17 @@ draws every GPU.
 
 `parse_pools` reads a cluster's pools as written on a command line or in a config: TYPE:NODESxGPUS
 pools joined by commas (`v100:9x4,p100:9x4,k80:9x4`), or Gavel's V:P:K GPU counts of V100, P100
-and K80 (`36:36:36`, GAVEL_GPUS_PER_SERVER GPUs per server); `pools_text` writes them back.
+and K80 (`36:36:36`, GAVEL_GPUS_PER_SERVER GPUs per server); `pools_text` writes them back;
+`as_pools` also takes them as data (JSON/TOML: a list of {gpu_type, num_nodes, gpus_per_node}).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -34,8 +36,8 @@ from schedlab.errors import ConfigError
 from schedlab.models.variability import assign_slowdowns, sample_measured, tiered
 from schedlab.state import Cluster, GpuRef, Node, Rack, Topology
 
-__all__ = ["GAVEL_GPUS_PER_SERVER", "GAVEL_TYPES", "VARIABILITY", "ClusterSpec", "NodePool", "make_cluster", "parse_pools",
-           "pools_text"]
+__all__ = ["GAVEL_GPUS_PER_SERVER", "GAVEL_TYPES", "VARIABILITY", "ClusterSpec", "NodePool", "make_cluster", "as_pools",
+           "parse_pools", "pools_text"]
 
 Slowdowns = dict[str, dict[str, float]]  # GPU id -> class -> factor
 
@@ -202,15 +204,15 @@ def parse_pools(text: str, where: str = "--cluster") -> tuple[NodePool, ...]:
     bad = next((part for part in parts if not _POOL.fullmatch(part)), None)
     if bad is not None:
         raise ConfigError(f"{where} {text}: cannot read {bad!r}; {_FORMS}")
-    pools = []
+    read: list[NodePool] = []
     for part in parts:
         match = _POOL.fullmatch(part)
         assert match is not None
         gpu_type, nodes, gpus = match.group(1).lower(), int(match.group(2)), int(match.group(3))
         if nodes < 1 or gpus < 1:
             raise ConfigError(f"{where} {text}: {part!r} needs at least 1 node of at least 1 GPU")
-        pools.append(NodePool(gpu_type, nodes, gpus))
-    return tuple(pools)
+        read.append(NodePool(gpu_type, nodes, gpus))
+    return tuple(read)
 
 
 def pools_text(pools: tuple[NodePool, ...]) -> str:
@@ -222,3 +224,31 @@ def pools_text(pools: tuple[NodePool, ...]) -> str:
     'v100:2x4,k80:1x8'
     """
     return ",".join(f"{p.gpu_type}:{p.num_nodes}x{p.gpus_per_node}" for p in pools)
+
+
+def as_pools(value: Any, where: str = "cluster") -> tuple[NodePool, ...]:
+    """Node pools from what a user gives: a string parse_pools reads, NodePools, or mappings with
+    the keys gpu_type, num_nodes and gpus_per_node (a JSON or TOML list of tables).
+
+    Examples
+    --------
+    >>> as_pools([{"gpu_type": "v100", "num_nodes": 2, "gpus_per_node": 4}]) == parse_pools("v100:2x4")
+    True
+    """
+    if isinstance(value, str):
+        return parse_pools(value, where)
+    keys = ("gpu_type", "num_nodes", "gpus_per_node")
+    if not isinstance(value, Sequence) or not value:
+        raise ConfigError(f"{where}: give a string such as \"v100:9x4,k80:9x4\" or a non-empty list of pools")
+    pools = []
+    for entry in value:
+        if isinstance(entry, NodePool):
+            pools.append(entry)
+            continue
+        if not isinstance(entry, Mapping) or set(entry) != set(keys):
+            raise ConfigError(f"{where}: a pool is a table of {', '.join(keys)}, got {entry!r}")
+        if not isinstance(entry["gpu_type"], str) or not all(
+                isinstance(entry[k], int) and not isinstance(entry[k], bool) for k in keys[1:]):
+            raise ConfigError(f"{where}: a pool's gpu_type is a name, num_nodes and gpus_per_node integers, got {entry!r}")
+        pools.append(NodePool(entry["gpu_type"].lower(), entry["num_nodes"], entry["gpus_per_node"]))
+    return tuple(pools)

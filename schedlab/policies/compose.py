@@ -46,6 +46,11 @@ class Composition:
         """ALLOC's: it values the jobs."""
         return self.alloc.throughput_model
 
+    @property
+    def gpu_type_aware(self) -> bool:
+        """ALLOC's: whether it sees each job's model per GPU type (a policy that declares nothing does not)."""
+        return bool(getattr(self.alloc, "gpu_type_aware", False))
+
     def schedule(self, round_input: RoundInput) -> RoundResult:
         """ALLOC's allocation on the GPUs PLACE chooses for it, verified (module docstring)."""
         allocated = self.alloc.schedule(round_input)

@@ -21,6 +21,10 @@ static_freeze
         pollux's round model with each opted-in job's freeze level fixed by PipeTransformer's
         geometric schedule, L_frozen(T) = ceil(L (1 - (1 - a)^T)), a = 1/3, with the epoch T
         counted as progress x `epochs` (a static schedule knows no budget: it spends what it spends).
+
+Several GPU types: pollux and the policies on its settings know one type, so on a mixed cluster a
+replay shows them each job's one model on every type (type-blind); sia and joint declare
+gpu_type_aware and see each job's model per type (sim.view.GPU_TYPE_VIEWS).
 """
 
 from __future__ import annotations
@@ -93,6 +97,7 @@ class SiaPolicy(GoodputPolicy):
 
     settings: Settings = field(default_factory=lambda: Settings(p=-0.5, restart_cost_s=30.0, unallocated_penalty=1.1))
     name: ClassVar[str] = "sia"
+    gpu_type_aware: ClassVar[bool] = True  # each job's model per GPU type (sim.view.GPU_TYPE_VIEWS)
 
 
 @dataclass
@@ -101,6 +106,7 @@ class JointPolicy(GoodputPolicy):
 
     settings: Settings = field(default_factory=lambda: replace(_pollux_settings(), formulation="joint", solver="highs"))
     name: ClassVar[str] = "joint"
+    gpu_type_aware: ClassVar[bool] = True
 
 
 @dataclass
