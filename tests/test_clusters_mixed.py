@@ -163,8 +163,8 @@ def test_a_single_type_world_keeps_its_jobs_answers():
 
 def test_a_trace_job_of_fixed_work_runs_at_its_types_speed():
     from schedlab.sim.engine import _world
-    from schedlab.sim.kinds import work_speed
     from schedlab.sim.jobs import JobState
+    from schedlab.sim.kinds import work_speed
     from schedlab.sim.truth import application_truth
     from schedlab.state import GpuRef
 
@@ -173,3 +173,16 @@ def test_a_trace_job_of_fixed_work_runs_at_its_types_speed():
     speeds = [work_speed(JobState(job, gpus=(GpuRef(node, 0),)), application_truth("cifar10"), world, 4)
               for node in ("n0", "n1")]
     assert speeds == pytest.approx([1.0, speed_ratio("cifar10", "k80")])
+
+
+def test_recorded_rounds_are_those_a_type_aware_policy_sees_on_a_mixed_cluster():
+    import io
+
+    from schedlab.workbench import recorder
+
+    sink = io.StringIO()
+    schedlab.replay(_one_job(), recorder(schedlab.policies.make_policy("sia"), sink, 2), cluster="t4:1x4,k80:1x4")
+    first = json.loads(sink.getvalue().splitlines()[0])
+    assert {n["gpu_type"] for n in first["cluster"]["nodes"]} == {"t4", "k80"}
+    params = first["jobs"][0]["throughput_params"]
+    assert params["k80"]["alpha_c"] == pytest.approx(params["t4"]["alpha_c"] / speed_ratio("imagenet", "k80"))
