@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import csv
 from dataclasses import replace
-from functools import cache
+from functools import cache, lru_cache
 
 from schedlab.errors import ConfigError
 from schedlab.models.profiles import POLLUX_GPU_TYPE, data_dir
@@ -57,8 +57,12 @@ def speed_ratio(application: str, gpu_type: str) -> float:
     return speeds[application][gpu_type]
 
 
+@lru_cache(maxsize=1 << 14)
 def project_params(params: ThroughputParams, ratio: float) -> ThroughputParams:
     """Pollux's parameters on a type `ratio` times as fast at compute (module docstring).
+
+    The same inputs give the very same object: a round's checks recognize parameters they have
+    seen by identity, and the jobs of one application share them.
 
     Examples
     --------
