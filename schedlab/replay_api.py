@@ -90,7 +90,7 @@ def replay(trace: Any, policy: str | Policy, world: str = "pollux", *, seed: int
         {gpu_type, num_nodes, gpus_per_node} tables (schedlab.clusters.as_pools). The world's
         racks and variability apply over every pool. In the Pollux worlds every type is the T4 or
         one derived from it (schedlab.models.type_speeds); sia and joint see each job's model per
-        type, pollux one model on every type (schedlab.sim.view.GPU_TYPE_VIEWS).
+        type, pollux one model on every type (a policy's `type_blind`, schedlab.sim.view.GPU_TYPE_VIEWS).
     **options
         Fields of the world's ReplayConfig or of its cluster (schedlab.clusters.ClusterSpec) to
         change, e.g. num_nodes=4, gpus_per_node=8, round_s=30.0, throughput_model="oracle".

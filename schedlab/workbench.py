@@ -69,9 +69,9 @@ class Recorder:
         return self.policy.throughput_model
 
     @property
-    def gpu_type_aware(self) -> bool:
-        """Whether the recorded policy sees each job's model per GPU type (sim.view.GPU_TYPE_VIEWS)."""
-        return sees_gpu_types(self.policy)
+    def type_blind(self) -> bool:
+        """Whether the recorded policy sees one model per job on every GPU type (sim.view.GPU_TYPE_VIEWS)."""
+        return not sees_gpu_types(self.policy)
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
         """Solve the round the policy would, writing it to the sink while fewer than `limit` are."""

@@ -120,7 +120,7 @@ def test_sia_sees_each_type_as_it_runs_and_pollux_sees_one_model_on_every_type()
         def __init__(self, name: str):
             self.inner = schedlab.policies.make_policy(name)
             self.name, self.batch_mode, self.throughput_model = name, self.inner.batch_mode, "oracle"
-            self.gpu_type_aware = getattr(self.inner, "gpu_type_aware", False)
+            self.type_blind = self.inner.type_blind
 
         def schedule(self, ri):
             seen.setdefault(self.name, []).append(ri.jobs[0].throughput)

@@ -47,9 +47,9 @@ class Composition:
         return self.alloc.throughput_model
 
     @property
-    def gpu_type_aware(self) -> bool:
-        """ALLOC's: whether it sees each job's model per GPU type (a policy that declares nothing does not)."""
-        return bool(getattr(self.alloc, "gpu_type_aware", False))
+    def type_blind(self) -> bool:
+        """ALLOC's: whether it sees one model per job on every GPU type (so does a policy that declares nothing)."""
+        return bool(getattr(self.alloc, "type_blind", True))
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
         """ALLOC's allocation on the GPUs PLACE chooses for it, verified (module docstring)."""

@@ -10,7 +10,7 @@ here, so the engine asks the declared behaviour, never the name:
   THROUGHPUT_MODELS  online (the model fitted to what the job has measured, at most twice the
                      GPUs it has run on: Pollux's exploration rule), oracle (the measured tables)
   GPU_TYPE_VIEWS     what a policy sees of the cluster's GPU types (a policy declares
-                     `gpu_type_aware = True` to see them; one that declares nothing knows one type):
+                     `type_blind = False` to see them; one that declares nothing knows one type):
                      aware (the job's model on each type, projected by the application's speed
                      ratio to the T4, models.type_speeds: Sia's profiling of each job on each type,
                      and its agent records what it measures at the T4's speed), blind (the job's one
@@ -176,8 +176,8 @@ GPU_TYPE_VIEWS: dict[bool, TypeView] = {True: _Aware(), False: _Blind()}
 
 
 def sees_gpu_types(policy: object) -> bool:
-    """Whether `policy` declares `gpu_type_aware` true (a policy that declares nothing knows one type)."""
-    return bool(getattr(policy, "gpu_type_aware", False))
+    """Whether `policy` declares `type_blind` false (a policy that declares nothing knows one type)."""
+    return not getattr(policy, "type_blind", True)
 
 
 def gpu_type_view(policy: object) -> TypeView:
