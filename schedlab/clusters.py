@@ -170,7 +170,6 @@ def make_cluster(spec: ClusterSpec) -> tuple[Cluster, Cluster]:
     return cluster(seen), cluster(truth)
 
 
-
 # Gavel's cluster spec (scheduler/scripts/drivers/simulate_scheduler_with_trace.py, --cluster_spec):
 # GPU counts of these types, in this order, on servers of --num_gpus_per_server GPUs (default 1:1:1)
 GAVEL_TYPES = ("v100", "p100", "k80")
@@ -200,14 +199,11 @@ def parse_pools(text: str, where: str = "--cluster") -> tuple[NodePool, ...]:
         if not pools:
             raise ConfigError(f"{where} {text}: no GPUs; {_FORMS}")
         return pools
-    parts = [part.strip() for part in text.split(",")]
-    bad = next((part for part in parts if not _POOL.fullmatch(part)), None)
-    if bad is not None:
-        raise ConfigError(f"{where} {text}: cannot read {bad!r}; {_FORMS}")
     read: list[NodePool] = []
-    for part in parts:
+    for part in (part.strip() for part in text.split(",")):
         match = _POOL.fullmatch(part)
-        assert match is not None
+        if match is None:
+            raise ConfigError(f"{where} {text}: cannot read {part!r}; {_FORMS}")
         gpu_type, nodes, gpus = match.group(1).lower(), int(match.group(2)), int(match.group(3))
         if nodes < 1 or gpus < 1:
             raise ConfigError(f"{where} {text}: {part!r} needs at least 1 node of at least 1 GPU")
