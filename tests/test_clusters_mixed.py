@@ -186,3 +186,13 @@ def test_recorded_rounds_are_those_a_type_aware_policy_sees_on_a_mixed_cluster()
     assert {n["gpu_type"] for n in first["cluster"]["nodes"]} == {"t4", "k80"}
     params = first["jobs"][0]["throughput_params"]
     assert params["k80"]["alpha_c"] == pytest.approx(params["t4"]["alpha_c"] / speed_ratio("imagenet", "k80"))
+
+
+def test_the_mixed_pollux_config_replays_each_workload_under_each_policy_on_one_mixed_cluster():
+    from pathlib import Path
+
+    from schedlab.sweep import load_sweep
+
+    sweep = load_sweep(Path(__file__).parents[1] / "experiments" / "configs" / "mixed_pollux.toml")
+    assert len(sweep.cells) == 8 * 3 and {c["cluster"] for c in sweep.cells} == {"t4:6x4,v100:5x4,k80:5x4"}
+    assert cell_config(sweep.cells[0]).cluster.gpu_types == ("t4", "v100", "k80")
