@@ -12,14 +12,23 @@ and as it really runs (the replay's truth). Variability, by name (VARIABILITY):
                 of the cluster's own values (models.variability.tiered)
     centroids   each GPU draws a measured GPU's cluster centroid per class; truth = what is seen
 Racks: `racks` > 0 spreads the nodes evenly over that many racks (nodes_per_rack = ceil), each
-rack's uplink `uplink_gbps`, each node's link `node_gbps`; 0 leaves the topology out.
+rack's uplink `uplink_gbps`, each node's link `node_gbps`; 0 leaves the topology out. Racks and
+variability apply over every pool alike: the racks take the nodes in order, the variability
+draws every GPU.
+
+`parse_pools` reads a cluster's pools as written on a command line or in a config: TYPE:NODESxGPUS
+pools joined by commas (`v100:9x4,p100:9x4,k80:9x4`), or Gavel's V:P:K GPU counts of V100, P100
+and K80 (`36:36:36`, GAVEL_GPUS_PER_SERVER GPUs per server); `pools_text` writes them back;
+`as_pools` also takes them as data (JSON/TOML: a list of {gpu_type, num_nodes, gpus_per_node}).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +36,8 @@ from schedlab.errors import ConfigError
 from schedlab.models.variability import assign_slowdowns, sample_measured, tiered
 from schedlab.state import Cluster, GpuRef, Node, Rack, Topology
 
-__all__ = ["VARIABILITY", "ClusterSpec", "NodePool", "make_cluster"]
+__all__ = ["GAVEL_GPUS_PER_SERVER", "GAVEL_TYPES", "VARIABILITY", "ClusterSpec", "NodePool", "make_cluster", "as_pools",
+           "parse_pools", "pools_text"]
 
 Slowdowns = dict[str, dict[str, float]]  # GPU id -> class -> factor
 
@@ -159,3 +169,82 @@ def make_cluster(spec: ClusterSpec) -> tuple[Cluster, Cluster]:
 
     return cluster(seen), cluster(truth)
 
+
+# Gavel's cluster spec (scheduler/scripts/drivers/simulate_scheduler_with_trace.py, --cluster_spec):
+# GPU counts of these types, in this order, on servers of --num_gpus_per_server GPUs (default 1:1:1)
+GAVEL_TYPES = ("v100", "p100", "k80")
+GAVEL_GPUS_PER_SERVER = 1
+_POOL = re.compile(r"([A-Za-z][\w.-]*):(\d+)x(\d+)")
+_GAVEL = re.compile(r"\d+:\d+:\d+")
+_FORMS = ("give TYPE:NODESxGPUS pools joined by commas, e.g. v100:9x4,p100:9x4,k80:9x4, or Gavel's V100:P100:K80 "
+          "GPU counts, e.g. 36:36:36")
+
+
+def parse_pools(text: str, where: str = "--cluster") -> tuple[NodePool, ...]:
+    """The node pools `text` writes (module docstring); ConfigError naming `where` and the forms.
+
+    GPU types are lower-cased; Gavel's form leaves out a type of 0 GPUs, as Gavel does.
+
+    Examples
+    --------
+    >>> parse_pools("v100:9x4,k80:2x8")
+    (NodePool(gpu_type='v100', num_nodes=9, gpus_per_node=4), NodePool(gpu_type='k80', num_nodes=2, gpus_per_node=8))
+    >>> [p.num_nodes for p in parse_pools("36:36:0")]
+    [36, 36]
+    """
+    text = text.strip()
+    if _GAVEL.fullmatch(text):
+        pools = tuple(NodePool(t, int(n) // GAVEL_GPUS_PER_SERVER, GAVEL_GPUS_PER_SERVER)
+                      for t, n in zip(GAVEL_TYPES, text.split(":"), strict=True) if int(n))
+        if not pools:
+            raise ConfigError(f"{where} {text}: no GPUs; {_FORMS}")
+        return pools
+    read: list[NodePool] = []
+    for part in (part.strip() for part in text.split(",")):
+        match = _POOL.fullmatch(part)
+        if match is None:
+            raise ConfigError(f"{where} {text}: cannot read {part!r}; {_FORMS}")
+        gpu_type, nodes, gpus = match.group(1).lower(), int(match.group(2)), int(match.group(3))
+        if nodes < 1 or gpus < 1:
+            raise ConfigError(f"{where} {text}: {part!r} needs at least 1 node of at least 1 GPU")
+        read.append(NodePool(gpu_type, nodes, gpus))
+    return tuple(read)
+
+
+def pools_text(pools: tuple[NodePool, ...]) -> str:
+    """The pools as parse_pools reads them, TYPE:NODESxGPUS joined by commas.
+
+    Examples
+    --------
+    >>> pools_text(parse_pools("V100:2x4, k80:1x8"))
+    'v100:2x4,k80:1x8'
+    """
+    return ",".join(f"{p.gpu_type}:{p.num_nodes}x{p.gpus_per_node}" for p in pools)
+
+
+def as_pools(value: Any, where: str = "cluster") -> tuple[NodePool, ...]:
+    """Node pools from what a user gives: a string parse_pools reads, NodePools, or mappings with
+    the keys gpu_type, num_nodes and gpus_per_node (a JSON or TOML list of tables).
+
+    Examples
+    --------
+    >>> as_pools([{"gpu_type": "v100", "num_nodes": 2, "gpus_per_node": 4}]) == parse_pools("v100:2x4")
+    True
+    """
+    if isinstance(value, str):
+        return parse_pools(value, where)
+    keys = ("gpu_type", "num_nodes", "gpus_per_node")
+    if not isinstance(value, Sequence) or not value:
+        raise ConfigError(f"{where}: give a string such as \"v100:9x4,k80:9x4\" or a non-empty list of pools")
+    pools = []
+    for entry in value:
+        if isinstance(entry, NodePool):
+            pools.append(entry)
+            continue
+        if not isinstance(entry, Mapping) or set(entry) != set(keys):
+            raise ConfigError(f"{where}: a pool is a table of {', '.join(keys)}, got {entry!r}")
+        if not isinstance(entry["gpu_type"], str) or not all(
+                isinstance(entry[k], int) and not isinstance(entry[k], bool) for k in keys[1:]):
+            raise ConfigError(f"{where}: a pool's gpu_type is a name, num_nodes and gpus_per_node integers, got {entry!r}")
+        pools.append(NodePool(entry["gpu_type"].lower(), entry["num_nodes"], entry["gpus_per_node"]))
+    return tuple(pools)

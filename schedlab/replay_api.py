@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from schedlab.clusters import as_pools
 from schedlab.errors import ConfigError
 from schedlab.policies import make_policy
 from schedlab.policies.base import Policy
@@ -40,10 +41,12 @@ class ReplaySetup:
 
 
 def setup(trace: Any, policy: str | Policy, world: str = "pollux", *, seed: int = 0, max_jobs: int | None = None,
-          load: float = 1.0, **options: Any) -> ReplaySetup:
+          load: float = 1.0, cluster: Any = None, **options: Any) -> ReplaySetup:
     """The jobs, policy and world `replay` runs, its parameters resolved and checked (see replay)."""
     if world not in WORLDS:
         raise ConfigError(f"world {world!r}: use one of {', '.join(WORLDS)}")
+    if cluster is not None:
+        options = options | {"pools": as_pools(cluster, "cluster")}
     config = WORLDS[world].with_options(**{"seed": seed, "freeze_seed": seed} | options)
     if max_jobs is not None and max_jobs < 1 or not load > 0:
         raise ConfigError(f"max_jobs {max_jobs} must be >= 1 (or None: all) and load {load} > 0")
@@ -55,7 +58,8 @@ def setup(trace: Any, policy: str | Policy, world: str = "pollux", *, seed: int 
 
 
 def replay(trace: Any, policy: str | Policy, world: str = "pollux", *, seed: int = 0, max_jobs: int | None = None,
-           load: float = 1.0, on_round: Callable[[float, int], None] | None = None, **options: Any) -> ReplayResult:
+           load: float = 1.0, on_round: Callable[[float, int], None] | None = None, cluster: Any = None,
+           **options: Any) -> ReplayResult:
     """Replay a trace round by round under a scheduling policy, as `schedlab replay` does.
 
     Parameters
@@ -80,6 +84,13 @@ def replay(trace: Any, policy: str | Policy, world: str = "pollux", *, seed: int
         Submit times are divided by it (the Pollux artifact's jobload).
     on_round : callable, optional
         Called as on_round(now_s, jobs_done) after every round.
+    cluster : str or list, optional
+        Node pools of several GPU types instead of the world's one pool: "t4:6x4,v100:5x4,k80:5x4"
+        (TYPE:NODESxGPUS), Gavel's "36:36:36" (V100:P100:K80 GPUs), or a list of
+        {gpu_type, num_nodes, gpus_per_node} tables (schedlab.clusters.as_pools). The world's
+        racks and variability apply over every pool. In the Pollux worlds every type is the T4 or
+        one derived from it (schedlab.models.type_speeds); sia and joint see each job's model per
+        type, pollux one model on every type (a policy's `type_blind`, schedlab.sim.view.GPU_TYPE_VIEWS).
     **options
         Fields of the world's ReplayConfig or of its cluster (schedlab.clusters.ClusterSpec) to
         change, e.g. num_nodes=4, gpus_per_node=8, round_s=30.0, throughput_model="oracle".
@@ -113,5 +124,11 @@ def replay(trace: Any, policy: str | Policy, world: str = "pollux", *, seed: int
     True
     >>> bool(result.jobs.jct_s.mean() == result.summary["mean_jct_s"])
     True
+
+    The same jobs under Sia on a cluster of T4s and V100s:
+
+    >>> mixed = schedlab.replay("workload-6", "sia", max_jobs=8, cluster="t4:2x4,v100:2x4")
+    >>> mixed.summary["jobs_completed"]
+    8
     """
-    return setup(trace, policy, world, seed=seed, max_jobs=max_jobs, load=load, **options).run(on_round)
+    return setup(trace, policy, world, seed=seed, max_jobs=max_jobs, load=load, cluster=cluster, **options).run(on_round)

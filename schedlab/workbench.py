@@ -27,6 +27,7 @@ from schedlab.api import solve_round
 from schedlab.errors import ConfigError, InputError
 from schedlab.io import json_text, load_json, round_input_to_dict, spreadsheet_safe, text_table
 from schedlab.policies.base import Policy
+from schedlab.sim.view import sees_gpu_types
 from schedlab.state import JobAllocation, RoundInput, RoundResult
 
 __all__ = ["Recorder", "RoundModelPolicy", "Variant", "compare", "load_customize", "read_rounds", "recorder", "render",
@@ -66,6 +67,11 @@ class Recorder:
     def throughput_model(self) -> str:
         """The recorded policy's throughput model."""
         return self.policy.throughput_model
+
+    @property
+    def type_blind(self) -> bool:
+        """Whether the recorded policy sees one model per job on every GPU type (sim.view.GPU_TYPE_VIEWS)."""
+        return not sees_gpu_types(self.policy)
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
         """Solve the round the policy would, writing it to the sink while fewer than `limit` are."""

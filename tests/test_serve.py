@@ -238,3 +238,21 @@ def test_concurrent_clients_each_get_their_own_answer(server):
     assert all(answers[k][0] == 200 for k in range(8))  # 8 at once fit the 1 worker + 16 queued
     for k in range(8):
         assert [a["job_id"] for a in answers[k][1]["allocations"]] == [j["id"] for j in rounds[k]["jobs"]]
+
+
+def test_a_round_on_a_cluster_of_three_gpu_types_is_answered_by_the_service(server):
+    import numpy as np
+
+    from schedlab import solve_round
+    from schedlab.bench import random_round
+    from schedlab.clusters import parse_pools
+    from schedlab.io import round_input_to_dict
+
+    raw = round_input_to_dict(random_round(np.random.default_rng(2), 0, 30, pools=parse_pools("v100:2x4,p100:2x4,k80:2x4")))
+    status, result, _ = server.solve(raw)
+    assert status == 200 and result["status"] == "optimal"
+    assert result["objective"] == pytest.approx(solve_round(raw).objective)
+    type_of = {node["id"]: node["gpu_type"] for node in raw["cluster"]["nodes"]}
+    placed = [{type_of[g["node"]] for g in a["gpus"]} for a in result["allocations"] if a["gpus"]]
+    assert placed and all(len(types) == 1 for types in placed)
+    assert {t for types in placed for t in types} == {"v100", "p100", "k80"}

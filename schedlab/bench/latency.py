@@ -1,9 +1,9 @@
 """The solve-latency benchmarks behind `schedlab bench`: random rounds solved and timed.
 
-`run_bench` times rounds of one size (optionally on racks or with GPU variability);
-`run_scale` times each of SCALE_GPUS in a process of its own, under any formulation and on
-racks of a fixed size or with GPU variability, and bounds each answer's loss against the
-unpartitioned round's LP bound.
+`run_bench` times rounds of one size or of given node pools of several GPU types (optionally on
+racks or with GPU variability); `run_scale` times each of SCALE_GPUS in a process of its own,
+under any formulation, on racks of a fixed size, with GPU variability or split over GPU types,
+and bounds each answer's loss against the unpartitioned round's LP bound.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import cast
 import numpy as np
 
 from schedlab.api import solve_round
-from schedlab.bench.rounds import random_round
-from schedlab.clusters import ClusterSpec, make_cluster
+from schedlab.bench.rounds import mixed_pools, random_round
+from schedlab.clusters import ClusterSpec, NodePool, make_cluster, pools_text
 from schedlab.formulations import FORMULATIONS
 from schedlab.milp import MilpModel, OneRoundModel, RoundModel
 from schedlab.partition import PARTITIONED, auto_partitions
@@ -34,11 +34,14 @@ __all__ = ["SCALE_GPUS", "run_bench", "run_scale", "scale_rounds"]
 
 def run_bench(num_gpus: int, num_jobs: int, rounds: int, solver: str = Settings.solver, seed: int = 0,
               p: float = -1.0, time_limit_s: float = 10.0, freeze_fraction: float = 0.0,
-              formulation: str = "goodput", racks: int = 0, variability: str = "none") -> dict:
+              formulation: str = "goodput", racks: int = 0, variability: str = "none",
+              pools: tuple[NodePool, ...] = ()) -> dict:
     """Solve `rounds` random rounds; latency percentiles (ms), worst gap and status counts.
 
-    With `racks` or `variability` (clusters.VARIABILITY), the rounds run on that cluster (4
-    GPUs per node, uplinks at half the node bandwidth), as a scheduler sees it. `floor_p50_ms`
+    With `pools` the rounds run on those node pools of GPU types (bench.rounds.random_round;
+    num_gpus is their GPUs), the JSON's `cluster` names them. With `racks` or `variability`
+    (clusters.VARIABILITY), the rounds run on that cluster (4 GPUs per node unless `pools`,
+    uplinks at half the node bandwidth), as a scheduler sees it. `floor_p50_ms`
     is what the floor of an unproven answer costs on top of the round's options: the
     formulation's greedy, decoded and verified (`_floor_s`, timed apart from the round).
     `lp_alone_p50_ms` is the floor of any exact solve of the round: its model's LP relaxation
@@ -48,12 +51,15 @@ def run_bench(num_gpus: int, num_jobs: int, rounds: int, solver: str = Settings.
     build, solve, total, gaps, floor, lp_alone = [], [], [], [], [], []
     statuses: collections.Counter[str] = collections.Counter()
     cluster = None
+    if pools:
+        num_gpus = sum(p.num_nodes * p.gpus_per_node for p in pools)
     if racks or variability != "none":
-        spec = ClusterSpec(max(num_gpus // 4, 1), 4, racks=racks, uplink_gbps=50.0, variability=variability, seed=seed)
+        spec = ClusterSpec(max(num_gpus // 4, 1), 4, racks=racks, uplink_gbps=50.0, variability=variability, seed=seed,
+                           pools=pools)
         cluster = make_cluster(spec)[0]
     settings = Settings(formulation=formulation, p=p, solver=solver, time_limit_s=time_limit_s)
     for _ in range(rounds):
-        ri = random_round(rng, num_gpus, num_jobs, settings=settings, freeze_fraction=freeze_fraction)
+        ri = random_round(rng, num_gpus, num_jobs, settings=settings, freeze_fraction=freeze_fraction, pools=pools)
         if cluster is not None:
             ri = replace(ri, cluster=cluster)
         t0 = time.perf_counter()
@@ -69,6 +75,7 @@ def run_bench(num_gpus: int, num_jobs: int, rounds: int, solver: str = Settings.
     total_ms, lp_ms = _ms(total, 50), _ms(lp_alone, 50)
     return {
         "gpus": num_gpus, "jobs": num_jobs, "rounds": rounds, "solver": solver, "formulation": formulation,
+        **({"cluster": pools_text(pools)} if pools else {}),
         "racks": racks, "variability": variability, "p": p, "freeze": freeze_fraction,
         "build_p50_ms": _ms(build, 50), "solve_p50_ms": _ms(solve, 50),
         "total_p50_ms": total_ms, "total_p95_ms": _ms(total, 95), "total_max_ms": _ms(total, 100),
@@ -111,9 +118,13 @@ def scale_rounds(num_gpus: int) -> int:
 
 
 def run_scale(sizes: tuple[int, ...] = SCALE_GPUS, seed: int = 0, time_limit_s: float = 30.0,
-              formulation: str = "goodput", rack_nodes: int = 0, variability: str = "none") -> list[dict]:
+              formulation: str = "goodput", rack_nodes: int = 0, variability: str = "none",
+              gpu_types: tuple[str, ...] = ()) -> list[dict]:
     """One row per cluster size (jobs = GPUs / 2), each measured in a fresh process so that its
     memory peak is its own: `_scale_row`.
+
+    With `gpu_types`, each size's nodes are split over those types (bench.rounds.mixed_pools),
+    every job with parameters on each (bench.rounds.random_round).
 
     With `rack_nodes` or `variability` (clusters.VARIABILITY), each size runs on that cluster:
     4 GPUs per node, racks of `rack_nodes` nodes (0: no topology) with uplinks at half the node
@@ -125,30 +136,33 @@ def run_scale(sizes: tuple[int, ...] = SCALE_GPUS, seed: int = 0, time_limit_s: 
     for gpus in sizes:
         with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
             rows.append(pool.submit(_scale_row, gpus, gpus // 2, scale_rounds(gpus), seed, time_limit_s, formulation,
-                                    rack_nodes, variability).result())
+                                    rack_nodes, variability, gpu_types).result())
     return rows
 
 
-def _scale_cluster(num_gpus: int, rack_nodes: int, variability: str, seed: int) -> Cluster | None:
+def _scale_cluster(num_gpus: int, rack_nodes: int, variability: str, seed: int,
+                   pools: tuple[NodePool, ...]) -> Cluster | None:
     """The cluster of one size of the scale table (None: random_round's own, no topology)."""
     if not rack_nodes and variability == "none":
         return None
     num_nodes = max(num_gpus // 4, 1)
     racks = math.ceil(num_nodes / rack_nodes) if rack_nodes else 0
-    return make_cluster(ClusterSpec(num_nodes, 4, racks=racks, uplink_gbps=50.0, variability=variability, seed=seed))[0]
+    return make_cluster(ClusterSpec(num_nodes, 4, racks=racks, uplink_gbps=50.0, variability=variability, seed=seed,
+                                    pools=pools))[0]
 
 
 def _scale_row(num_gpus: int, num_jobs: int, rounds: int, seed: int, time_limit_s: float, formulation: str,
-               rack_nodes: int, variability: str) -> dict:
+               rack_nodes: int, variability: str, gpu_types: tuple[str, ...] = ()) -> dict:
     """Latency of `rounds` random rounds (auto partitions), and after the timing, untimed, each
     answer's loss against the unpartitioned round's LP bound (`_loss_vs_lp_bound`)."""
     rng = np.random.default_rng(seed)
     settings = Settings(formulation=formulation, time_limit_s=time_limit_s)
-    cluster = _scale_cluster(num_gpus, rack_nodes, variability, seed)
+    pools = mixed_pools(num_gpus, gpu_types) if gpu_types else ()
+    cluster = _scale_cluster(num_gpus, rack_nodes, variability, seed, pools)
     options, build, solve, total, losses, parts = [], [], [], [], [], []
     statuses: collections.Counter[str] = collections.Counter()
     for _ in range(rounds):
-        ri = random_round(rng, num_gpus, num_jobs, settings=settings)
+        ri = random_round(rng, num_gpus, num_jobs, settings=settings, pools=pools)
         if cluster is not None:
             ri = replace(ri, cluster=cluster)
         t0 = time.perf_counter()
@@ -163,7 +177,7 @@ def _scale_row(num_gpus: int, num_jobs: int, rounds: int, seed: int, time_limit_
     peak_mb = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024
     racks = len(cluster.topology.racks) if cluster is not None and cluster.topology is not None else 0
     return {"gpus": num_gpus, "jobs": num_jobs, "rounds": rounds, "formulation": formulation, "racks": racks,
-            "variability": variability, "partitions": max(parts),
+            **({"cluster": pools_text(pools)} if pools else {}), "variability": variability, "partitions": max(parts),
             "options_p50_ms": _ms(options, 50), "build_p50_ms": _ms(build, 50), "solve_p50_ms": _ms(solve, 50),
             "total_p50_ms": _ms(total, 50), "total_p95_ms": _ms(total, 95),
             "gap_vs_lp_max": float(np.max(losses)), "peak_mb": peak_mb, "status_counts": dict(statuses)}

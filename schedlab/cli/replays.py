@@ -30,6 +30,7 @@ def replay_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a policy of the registry, e.g. pollux, icefrog, tiresias, ones (an unknown name lists all)")
     parser.add_argument("--nodes", type=COUNT, default=None, help="default: the world's (16)")
     parser.add_argument("--gpus-per-node", type=COUNT, default=None, help="default: the world's (4)")
+    _cluster_argument(parser)
     parser.add_argument("--round-s", type=POSITIVE_S, default=None, help="scheduling interval in seconds (default: the world's)")
     parser.add_argument("--restart-delay-s", type=number(float, 0.0, 1e9), default=None,
                         help="seconds without progress after each (re)start (default: the world's)")
@@ -54,9 +55,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     options = {k: v for k, v in {"num_nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
                                  "round_s": args.round_s, "restart_delay_s": args.restart_delay_s,
                                  "throughput_model": args.model}.items() if v is not None}
+    if args.cluster is not None and (args.nodes or args.gpus_per_node):
+        return fail("--cluster's pools hold the nodes: drop --nodes and --gpus-per-node")
     if args.out:
         check_out_dir(args.out)
-    run = setup(_trace_spec(args), args.policy, args.world, **options)
+    run = setup(_trace_spec(args), args.policy, args.world, cluster=_pools(args), **options)
     with tqdm(total=len(run.jobs), unit="job", disable=args.quiet, file=sys.stderr,
               desc=f"{args.policy} on {run.title}") as bar:
         def on_round(now_s: float, done: int) -> None:
@@ -74,6 +77,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cluster_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cluster", default=None,
+                        help="node pools of GPU types instead of --nodes/--gpus-per-node: TYPE:NODESxGPUS joined by "
+                             "commas, e.g. t4:6x4,v100:5x4,k80:5x4, or Gavel's V100:P100:K80 GPU counts, e.g. 36:36:36 "
+                             "(the world's racks and variability apply over every pool)")
+
+
+def _pools(args: argparse.Namespace) -> Any:
+    """--cluster's node pools (clusters.parse_pools), None without it."""
+    from schedlab.clusters import parse_pools
+
+    return parse_pools(args.cluster) if args.cluster is not None else None
+
+
 def _trace_spec(args: argparse.Namespace) -> Any:
     """The trace the replay flags name (one of them is set: argparse's exclusive group)."""
     from schedlab.trace_specs import PhillyTrace, SiaPhillyTrace, WorkloadTrace
@@ -89,6 +106,7 @@ def record_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default="pollux", help="a round-model policy: pollux, sia, joint, icefrog, static_freeze")
     parser.add_argument("--rounds", type=COUNT, default=50, help="the first this many rounds with jobs")
     parser.add_argument("--nodes", type=COUNT, default=None, help="default: the world's (16)")
+    _cluster_argument(parser)
     parser.add_argument("--out", required=True, help="the JSON-lines file to write (not a file of a sweep's or "
                                                       "replay's folder)")
 
@@ -105,7 +123,10 @@ def cmd_record(args: argparse.Namespace) -> int:
     from schedlab.workbench import recorder
 
     check_out_file(args.out)
-    config = WORLDS["pollux"].with_options(**({"num_nodes": args.nodes} if args.nodes else {}))
+    if args.cluster is not None and args.nodes:
+        return fail("--cluster's pools hold the nodes: drop --nodes")
+    shape = {"pools": _pools(args)} if args.cluster is not None else {"num_nodes": args.nodes} if args.nodes else {}
+    config = WORLDS["pollux"].with_options(**shape)
     jobs = WorkloadTrace(args.workload).replay_jobs(config, np.random.default_rng(0))
     try:
         sink = open(args.out, "w")

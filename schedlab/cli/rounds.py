@@ -120,7 +120,11 @@ def _solve_stream(args: argparse.Namespace) -> int:
 
 def bench_arguments(parser: argparse.ArgumentParser) -> None:
     """The random rounds' size and settings, or --scale."""
-    parser.add_argument("--gpus", type=COUNT, default=64)
+    parser.add_argument("--gpus", type=COUNT, default=None, help="GPUs of one type in nodes of 4 (default: 64)")
+    parser.add_argument("--cluster", default=None,
+                        help="node pools of GPU types instead of --gpus: TYPE:NODESxGPUS joined by commas, e.g. "
+                             "v100:6x4,p100:5x4,k80:5x4, or Gavel's V100:P100:K80 GPU counts, e.g. 36:36:36; jobs get "
+                             "parameters on every type, derived from the T4 profiles (models.type_speeds)")
     parser.add_argument("--jobs", type=number(int, 0), default=100)
     parser.add_argument("--rounds", type=COUNT, default=20)
     parser.add_argument("--solver", default=Settings.solver, help="a solver name, as in solve")
@@ -138,6 +142,8 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
                         help="one table from 64 to 65,536 GPUs (jobs = GPUs / 2), each size in a fresh process, under "
                              "--formulation")
     parser.add_argument("--max-gpus", type=number(int, 64), default=65536, help="with --scale: the largest size to run")
+    parser.add_argument("--types", default=None,
+                        help="with --scale: split every size's nodes over these GPU types, e.g. v100,p100,k80")
     parser.add_argument("--rack-nodes", type=number(int, 0), default=0,
                         help="with --scale: racks of this many nodes of 4 GPUs at every size (16: 32 racks at 2,048 "
                              "GPUs; 0: no topology)")
@@ -147,14 +153,22 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     """Solve random rounds and print their latency (one size, or the --scale table)."""
     from schedlab.bench import run_bench
+    from schedlab.clusters import parse_pools
     from schedlab.io import json_text
 
     if args.scale:
         return _bench_scale(args)
+    if args.types is not None:
+        return fail("--types goes with --scale; for one size give --cluster v100:6x4,p100:5x4,k80:5x4")
+    if args.cluster is not None and args.gpus is not None:
+        return fail("--gpus and --cluster both size the cluster: give one (--cluster's pools hold the GPUs)")
+    pools = parse_pools(args.cluster) if args.cluster is not None else ()
+    if unknown := _underived({p.gpu_type for p in pools}):
+        return fail(f"--cluster {args.cluster}: {unknown}")
     p = -math.inf if args.p in ("-inf", "max-min") else float(args.p)
-    out = run_bench(args.gpus, args.jobs, args.rounds, solver=args.solver, seed=args.seed, p=p,
+    out = run_bench(args.gpus or 64, args.jobs, args.rounds, solver=args.solver, seed=args.seed, p=p,
                     time_limit_s=args.time_limit, freeze_fraction=args.freeze, formulation=args.formulation,
-                    racks=args.racks, variability=args.variability)
+                    racks=args.racks, variability=args.variability, pools=pools)
     if args.json:
         print(json_text(out))
     else:
@@ -167,9 +181,17 @@ def _bench_scale(args: argparse.Namespace) -> int:
     from schedlab.bench import SCALE_GPUS, run_scale
     from schedlab.io import json_text
 
+    if args.cluster is not None or args.gpus is not None:
+        return fail("--scale runs every size itself: drop --gpus and --cluster (--types v100,p100,k80 splits each "
+                    "size over GPU types)")
+    types = tuple(t.strip().lower() for t in args.types.split(",")) if args.types is not None else ()
+    if types and not all(types):
+        return fail(f"--types {args.types}: give GPU type names joined by commas, e.g. v100,p100,k80")
+    if unknown := _underived(set(types)):
+        return fail(f"--types {args.types}: {unknown}")
     sizes = tuple(g for g in SCALE_GPUS if g <= args.max_gpus)
     rows = run_scale(sizes, seed=args.seed, time_limit_s=args.time_limit, formulation=args.formulation,
-                     rack_nodes=args.rack_nodes, variability=args.variability)
+                     rack_nodes=args.rack_nodes, variability=args.variability, gpu_types=types)
     if not args.json:
         print(f"{'GPUs':>7} {'jobs':>6} {'rounds':>6} {'parts':>5} {'options p50':>11} {'build p50':>10} {'solve p50':>10} "
               f"{'total p50':>10} {'total p95':>10} {'gap vs LP':>10} {'peak MB':>8}  statuses")
@@ -180,6 +202,16 @@ def _bench_scale(args: argparse.Namespace) -> int:
                   f"{r['gap_vs_lp_max']:>10.1e} {r['peak_mb']:>8.0f}  {r['status_counts']}")
     print(json_text({"scale": rows}))
     return 0
+
+
+def _underived(gpu_types: set[str]) -> str:
+    """What is wrong with bench's GPU types: a type the T4 profiles cannot be derived to ('' if none)."""
+    from schedlab.models.type_speeds import derived_types
+
+    known = derived_types()
+    unknown = sorted(gpu_types - set(known))
+    return (f"no speed ratio for GPU type {unknown[0]!r} (data/type_speeds/speeds.csv); use {', '.join(known)}"
+            if unknown else "")
 
 
 def serve_arguments(parser: argparse.ArgumentParser) -> None:

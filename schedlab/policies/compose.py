@@ -46,6 +46,11 @@ class Composition:
         """ALLOC's: it values the jobs."""
         return self.alloc.throughput_model
 
+    @property
+    def type_blind(self) -> bool:
+        """ALLOC's: whether it sees one model per job on every GPU type (so does a policy that declares nothing)."""
+        return bool(getattr(self.alloc, "type_blind", True))
+
     def schedule(self, round_input: RoundInput) -> RoundResult:
         """ALLOC's allocation on the GPUs PLACE chooses for it, verified (module docstring)."""
         allocated = self.alloc.schedule(round_input)

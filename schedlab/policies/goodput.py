@@ -21,6 +21,10 @@ static_freeze
         pollux's round model with each opted-in job's freeze level fixed by PipeTransformer's
         geometric schedule, L_frozen(T) = ceil(L (1 - (1 - a)^T)), a = 1/3, with the epoch T
         counted as progress x `epochs` (a static schedule knows no budget: it spends what it spends).
+
+Several GPU types: pollux and the policies on its settings know one type, so on a mixed cluster a
+replay shows them each job's one model on every type (type_blind); sia and joint declare
+type_blind = False and see each job's model per type (sim.view.GPU_TYPE_VIEWS).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class GoodputPolicy:
     name: ClassVar[str] = "goodput"
     batch_mode: ClassVar[str] = "adaptive"
     throughput_model: ClassVar[str] = "online"
+    type_blind: ClassVar[bool] = True  # one model per job on every GPU type, as Pollux knows one type
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
         """solve_round on the round as this policy sees it (`round_for`)."""
@@ -93,6 +98,7 @@ class SiaPolicy(GoodputPolicy):
 
     settings: Settings = field(default_factory=lambda: Settings(p=-0.5, restart_cost_s=30.0, unallocated_penalty=1.1))
     name: ClassVar[str] = "sia"
+    type_blind: ClassVar[bool] = False  # each job's model per GPU type (sim.view.GPU_TYPE_VIEWS)
 
 
 @dataclass
@@ -101,6 +107,7 @@ class JointPolicy(GoodputPolicy):
 
     settings: Settings = field(default_factory=lambda: replace(_pollux_settings(), formulation="joint", solver="highs"))
     name: ClassVar[str] = "joint"
+    type_blind: ClassVar[bool] = False
 
 
 @dataclass

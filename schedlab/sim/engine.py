@@ -28,6 +28,7 @@ left (JobSpec.freezing), and a job runs each round with the groups its allocatio
 from __future__ import annotations
 
 import collections
+import functools
 import importlib
 import math
 import time
@@ -51,9 +52,9 @@ from schedlab.sim.jobs import Freezing, JobAgent, JobState, StepScale, TraceJob,
 from schedlab.sim.kinds import JobRun, job_kind
 from schedlab.sim.metrics import summarize
 from schedlab.sim.truth import application_truth, calibrated_truth
-from schedlab.sim.view import BatchMode, batch_mode, job_spec
+from schedlab.sim.view import BatchMode, TypeView, batch_mode, gpu_type_view, job_spec
 from schedlab.sim.world import WORLDS, ReplayConfig, World
-from schedlab.state import JobSpec, RoundInput, variability_class
+from schedlab.state import GpuRef, JobSpec, RoundInput, variability_class
 from schedlab.verify import verify
 
 __all__ = ["ReplayResult", "check_out_dir", "one_blas_thread", "replay", "write_outputs"]
@@ -90,17 +91,18 @@ def _opt_ins(jobs: tuple[TraceJob, ...], config: ReplayConfig) -> dict[str, Free
             for i in sorted(picked)}
 
 
-def _step_scale(world: World, app_class: str) -> StepScale | None:
-    """(tau, sync scale, across-node factor) of a world's GPUs for the epoch model; None where the
-    world changes nothing (so plain replays keep the measured times bit for bit)."""
+def _step_scale(world: World, app_class: str, application: str) -> StepScale | None:
+    """(tau / rho, sync scale, across-node factor) of a world's GPUs for the epoch model; None where
+    the world changes nothing (so plain replays keep the measured times bit for bit)."""
     if world.plain:
         return None
-    return lambda gpus: world.step_factors(gpus, app_class)
+    return lambda gpus: world.step_factors(gpus, app_class, application)
 
 
 def _job_runs(jobs: tuple[TraceJob, ...], mode: BatchMode, config: ReplayConfig, world: World,
-              throughput_model: str) -> dict[str, JobRun]:
-    """Each job's kind, truth, rules, agent, model view, opt-in and step scale, fixed for the replay."""
+              throughput_model: str, types: TypeView) -> dict[str, JobRun]:
+    """Each job's kind, truth, rules, agent, model view, opt-in, step scale and view of the GPU
+    types, fixed for the replay."""
     calibrated = dict(config.calibration)
     freezing = _opt_ins(jobs, config)
     runs = {}
@@ -110,10 +112,18 @@ def _job_runs(jobs: tuple[TraceJob, ...], mode: BatchMode, config: ReplayConfig,
         truth = (calibrated_truth(job.application, calibrated[job.application]) if job.application in calibrated
                  else application_truth(job.application))
         rules = kind.rules(job, truth, mode, config.total_gpus)
+        app = job.application
         runs[job.name] = JobRun(kind, truth, rules, JobAgent(truth, adaptive=rules.adaptive),
                                 kind.view(throughput_model), freezing.get(job.name),
-                                _step_scale(world, variability_class(job.application, job.app_class)))
+                                _step_scale(world, variability_class(app, job.app_class), app),
+                                functools.partial(types.per_type, application=app, gpu_types=world.seen.gpu_types),
+                                functools.partial(_recorded_speed, world, types, app))
     return runs
+
+
+def _recorded_speed(world: World, types: TypeView, application: str, gpus: tuple[GpuRef, ...]) -> float:
+    """The speed a job's agent records its measurements at on `gpus` (sim.view.TypeView)."""
+    return types.recorded_speed(application, world.type_speed(gpus, application))
 
 
 def replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig = WORLDS["pollux"],
@@ -145,7 +155,8 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
     mode = batch_mode(policy.batch_mode)
     world = _world(config.cluster)
     total = config.total_gpus
-    runs = _job_runs(jobs, mode, config, world, config.throughput_model or policy.throughput_model)
+    runs = _job_runs(jobs, mode, config, world, config.throughput_model or policy.throughput_model,
+                     gpu_type_view(policy))
     states = {j.name: JobState(j) for j in jobs}
     rounds: list[dict] = []
     # Only live jobs (submitted, not done) cost anything in a round: a trace of 82k jobs over
@@ -212,8 +223,9 @@ def _world(cluster: ClusterSpec) -> World:
 
 def _spec(state: JobState, run: JobRun, now_s: float, total_gpus: int) -> JobSpec:
     """The job as this round presents it to the policy."""
-    return job_spec(state, run.view(state, run.agent, run.truth), run.truth, run.rules,
-                    run.kind.remaining_steps(state, run.truth, run.rules), now_s, total_gpus, run.freezing)
+    view = run.view(state, run.agent, run.truth)
+    return job_spec(state, view, run.truth, run.rules, run.kind.remaining_steps(state, run.truth, run.rules), now_s,
+                    total_gpus, run.freezing, run.per_type(view.params))
 
 
 STUCK_ROUNDS = 3  # rounds an idle cluster may leave every waiting job waiting, with none to arrive

@@ -228,11 +228,21 @@ def _scaled(step: float, sync: float, factors: tuple[float, float, float] | None
     return ((step - sync) * tau + sync * sync_scale) * spread, sync * sync_scale * spread
 
 
+def _recorded(step: float, sync: float, speed: float) -> tuple[float, float]:
+    """A measured step as an agent that knows its GPUs run `speed` times a T4's records it: the
+    compute at the T4's speed, the sync as measured (as measured at speed 1)."""
+    if speed == 1.0:
+        return step, sync
+    return (step - sync) * speed + sync, sync
+
+
 def advance(state: JobState, truth: ApplicationTruth, agent: JobAgent, fixed_bsz: int | None,
             now_s: float, seconds: float, freezing: Freezing | None = None,
-            scale: StepScale | None = None) -> JobState:
+            scale: StepScale | None = None, recorded_speed: float = 1.0) -> JobState:
     """The job's state `seconds` after `now_s` under its current allocation (and freeze level);
-    `scale(gpus)` gives the world's (tau, sync scale, across-node factor) on those GPUs.
+    `scale(gpus)` gives the world's (tau, sync scale, across-node factor) on those GPUs; its agent
+    records what it measures at `recorded_speed` (sim.view.GPU_TYPE_VIEWS: 1, as measured, but
+    for a type-aware policy's jobs on another type than the T4).
 
     The loop runs once per epoch crossed (short epochs: several per round), so it keeps the
     state in locals and looks its per-(batch, epoch) numbers up in caches."""
@@ -249,7 +259,7 @@ def advance(state: JobState, truth: ApplicationTruth, agent: JobAgent, fixed_bsz
     while seconds > 0 and completion is None:
         total = split.total_bsz(r)
         step, sync = _scaled(*truth.step_sync_s(placement, split.local_bsz), factors)
-        agent.observe(len(placement), r, split.local_bsz, step, sync)
+        agent.observe(len(placement), r, split.local_bsz, *_recorded(step, sync, recorded_speed))
         pi = 0.0
         if freezing is not None and state.frozen_groups:
             step, sync = frozen_step_sync_s(step, sync, freezing.groups, state.frozen_groups)

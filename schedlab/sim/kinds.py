@@ -13,6 +13,7 @@ FixedWork    a Sia-Philly job in PAL's semantics: a fixed work, TraceJob.work_s 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -30,7 +31,7 @@ from schedlab.sim.jobs import (
 )
 from schedlab.sim.truth import ApplicationTruth
 from schedlab.sim.view import BatchMode, JobRules, View, oracle_view, throughput_view
-from schedlab.state import variability_class
+from schedlab.state import GpuRef, ThroughputParams, variability_class
 
 if TYPE_CHECKING:
     from schedlab.sim.world import ReplayConfig, World
@@ -42,7 +43,9 @@ __all__ = ["EpochTarget", "FixedWork", "JobKind", "JobRun", "job_kind", "work_sp
 class JobRun:
     """What stays fixed for a job through a replay: its kind, its application's true behaviour,
     its rules, its own agent (which learns), how the policy sees its speed, its opt-in to
-    freezing, and how the world scales its steps (None where the world changes nothing)."""
+    freezing, how the world scales its steps (None where the world changes nothing), how the
+    policy sees it on each GPU type, and the speed its agent records at on given GPUs
+    (sim.view.GPU_TYPE_VIEWS)."""
 
     kind: JobKind
     truth: ApplicationTruth
@@ -51,6 +54,8 @@ class JobRun:
     view: View
     freezing: Freezing | None
     scale: StepScale | None
+    per_type: Callable[[ThroughputParams], dict[str, ThroughputParams]]
+    recorded_speed: Callable[[tuple[GpuRef, ...]], float]
 
 
 class JobKind(Protocol):
@@ -102,7 +107,9 @@ class EpochTarget:
 
     def advance(self, state: JobState, run: JobRun, now_s: float, config: ReplayConfig, world: World) -> JobState:
         """Epoch by epoch, with its agent re-picking the batch if adaptive (sim.jobs.advance)."""
-        return advance(state, run.truth, run.agent, run.rules.fixed_bsz, now_s, config.round_s, run.freezing, run.scale)
+        speed = run.recorded_speed(state.gpus) if state.gpus else 1.0
+        return advance(state, run.truth, run.agent, run.rules.fixed_bsz, now_s, config.round_s, run.freezing, run.scale,
+                       speed)
 
     def isolated_s(self, job: TraceJob, truth: ApplicationTruth, gpus_per_node: int) -> float:
         """From scratch at its requested GPUs, packed on the fewest nodes, and batch."""
@@ -153,8 +160,8 @@ def job_kind(job: TraceJob) -> JobKind:
 
 def work_speed(state: JobState, truth: ApplicationTruth, world: World, gpus_per_node: int) -> float:
     """Seconds of work per second of a job of fixed work on its GPUs: the measured scaling of its
-    GPU count against the requested one (1 at the request), over its slowest GPU's true factor and
-    the across-node factor."""
+    GPU count against the requested one (1 at the request), over its slowest GPU's true factor
+    (over its GPU type's speed, sim.world) and the across-node factor."""
     job, r = state.job, len(state.gpus)
     scale = 1.0
     if r != job.num_replicas:
@@ -162,4 +169,4 @@ def work_speed(state: JobState, truth: ApplicationTruth, world: World, gpus_per_
         scale = (truth.step_time_s(packed(job.num_replicas), truth.split_fixed_batch(job.batch_size, job.num_replicas))
                  / truth.step_time_s(packed(r), truth.split_fixed_batch(job.batch_size, r)))
     cls = variability_class(job.application, job.app_class)
-    return scale / (world.slowest(state.gpus, cls) * world.spread_factor(state.gpus))
+    return scale / (world.compute_factor(state.gpus, cls, job.application) * world.spread_factor(state.gpus))

@@ -9,6 +9,13 @@ here, so the engine asks the declared behaviour, never the name:
                      the batch the policy allocates, at most 4x the GPUs requested)
   THROUGHPUT_MODELS  online (the model fitted to what the job has measured, at most twice the
                      GPUs it has run on: Pollux's exploration rule), oracle (the measured tables)
+  GPU_TYPE_VIEWS     what a policy sees of the cluster's GPU types (a policy declares
+                     `type_blind = False` to see them; one that declares nothing knows one type):
+                     aware (the job's model on each type, projected by the application's speed
+                     ratio to the T4, models.type_speeds: Sia's profiling of each job on each type,
+                     and its agent records what it measures at the T4's speed), blind (the job's one
+                     model on every type, as Pollux, which knows one type, sees a mixed cluster)
+On a cluster of T4s only both views give every job its one model, as before.
 """
 
 from __future__ import annotations
@@ -19,13 +26,14 @@ from typing import Protocol
 
 from schedlab.errors import ConfigError
 from schedlab.models.profiles import POLLUX_GPU_TYPE, shipped_profiles
+from schedlab.models.type_speeds import project_params, speed_ratio
 from schedlab.sim.jobs import Freezing, JobAgent, JobState, TraceJob
 from schedlab.sim.truth import ApplicationTruth
 from schedlab.state import FreezeSpec, GradStats, JobAllocation, JobSpec, ThroughputParams
 
-__all__ = ["BATCH_MODES", "MAX_REPLICAS", "THROUGHPUT_MODELS", "BatchMode", "JobRules", "ModelView", "batch_mode",
-           "View", "job_spec",
-           "online_view", "oracle_view", "throughput_view"]
+__all__ = ["BATCH_MODES", "GPU_TYPE_VIEWS", "MAX_REPLICAS", "THROUGHPUT_MODELS", "BatchMode", "JobRules", "ModelView",
+           "TypeView", "View", "batch_mode", "gpu_type_view", "job_spec", "online_view", "oracle_view", "sees_gpu_types",
+           "throughput_view"]
 
 # What a job's model says before it has measured anything: Pollux's initial parameter guess
 # and gradient statistics that make larger batches worth nothing (gain 1).
@@ -136,6 +144,47 @@ def throughput_view(name: str) -> View:
     return THROUGHPUT_MODELS[name]
 
 
+class TypeView(Protocol):
+    """What a policy sees of a job's model on each GPU type of the cluster, and how its agent records."""
+
+    def per_type(self, params: ThroughputParams, application: str, gpu_types: frozenset[str]) -> dict[str, ThroughputParams]:
+        """The job's parameters on each of `gpu_types`, from its model at the T4's speed."""
+        ...
+
+    def recorded_speed(self, application: str, type_speed: float) -> float:
+        """The speed its agent divides what it measures by, on GPUs of `type_speed` (1: as measured)."""
+        ...
+
+
+class _Aware:
+    def per_type(self, params: ThroughputParams, application: str, gpu_types: frozenset[str]) -> dict[str, ThroughputParams]:
+        return {t: project_params(params, speed_ratio(application, t)) for t in sorted(gpu_types)}
+
+    def recorded_speed(self, application: str, type_speed: float) -> float:
+        return type_speed
+
+
+class _Blind:
+    def per_type(self, params: ThroughputParams, application: str, gpu_types: frozenset[str]) -> dict[str, ThroughputParams]:
+        return dict.fromkeys(sorted(gpu_types), params)
+
+    def recorded_speed(self, application: str, type_speed: float) -> float:
+        return 1.0
+
+
+GPU_TYPE_VIEWS: dict[bool, TypeView] = {True: _Aware(), False: _Blind()}
+
+
+def sees_gpu_types(policy: object) -> bool:
+    """Whether `policy` declares `type_blind` false (a policy that declares nothing knows one type)."""
+    return not getattr(policy, "type_blind", True)
+
+
+def gpu_type_view(policy: object) -> TypeView:
+    """The view of GPU types `policy` declares (sees_gpu_types)."""
+    return GPU_TYPE_VIEWS[sees_gpu_types(policy)]
+
+
 def _freeze_spec(state: JobState, truth: ApplicationTruth, freezing: Freezing | None) -> FreezeSpec | None:
     if freezing is None:
         return None
@@ -145,13 +194,15 @@ def _freeze_spec(state: JobState, truth: ApplicationTruth, freezing: Freezing | 
 
 
 def job_spec(state: JobState, view: ModelView, truth: ApplicationTruth, rules: JobRules, remaining_steps: float,
-             now_s: float, total_gpus: int, freezing: Freezing | None = None) -> JobSpec:
-    """The job as a round presents it: its model, batch limits, GPUs, age and baselines' hints."""
+             now_s: float, total_gpus: int, freezing: Freezing | None = None,
+             throughput: dict[str, ThroughputParams] | None = None) -> JobSpec:
+    """The job as a round presents it: its model (`throughput` per GPU type, else its model on the
+    T4 alone), batch limits, GPUs, age and baselines' hints."""
     job = state.job
     cap = rules.max_gpus or min(view.explore_gpus, MAX_REPLICAS, truth.max_bsz // truth.min_local_bsz)
     return JobSpec(
         id=job.name,
-        throughput={POLLUX_GPU_TYPE: view.params},
+        throughput=throughput if throughput is not None else {POLLUX_GPU_TYPE: view.params},
         grad_stats=view.grad,
         batch=truth.limits,
         min_gpus=1,

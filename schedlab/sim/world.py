@@ -12,6 +12,12 @@ true factor (not the tiers a scheduler sees). Its spread over the topology costs
 inter-node sync x B_ref / B with B the bottleneck bandwidth joining its nodes in the cluster
 graph and B_ref the node link bandwidth (ours, as the joint formulation prices it), and the
 whole step x the topology's across_node_factor when it spans nodes (PAL's flat penalty).
+
+Several GPU types: the applications' tables were measured on the T4 (profiles.POLLUX_GPU_TYPE);
+on another type a job's compute runs at the application's speed ratio rho to the T4
+(models.type_speeds, derived from Gavel's table), so tau is divided by rho, the slowest
+rho of its GPUs' types (one job's GPUs are of one type, but a type-blind policy's need not be).
+A world's every pool is of the T4 or of a type with a ratio (ReplayConfig checks it).
 """
 
 from __future__ import annotations
@@ -22,11 +28,12 @@ from typing import Any
 
 import networkx as nx
 
-from schedlab.clusters import ClusterSpec
+from schedlab.clusters import ClusterSpec, pools_text
 from schedlab.errors import ConfigError
 from schedlab.models.freezing import DEFAULT_BUDGET
 from schedlab.models.profiles import POLLUX_GPU_TYPE
 from schedlab.models.throughput import MeasuredTable
+from schedlab.models.type_speeds import derived_types, speed_ratio
 from schedlab.sim.view import THROUGHPUT_MODELS
 from schedlab.state import Cluster, FreezePenalty, GpuRef, Topology
 from schedlab.topology import cluster_graph, spread_gbps
@@ -54,12 +61,22 @@ class World:
 
     @property
     def plain(self) -> bool:
-        """No variability and no topology: every placement runs as the measured tables say."""
-        return self.truth.topology is None and not self.truth.has_variability
+        """No variability, no topology, only T4s: every placement runs as the measured tables say."""
+        return (self.truth.topology is None and not self.truth.has_variability
+                and self.truth.gpu_types <= {POLLUX_GPU_TYPE})
 
     def slowest(self, gpus: tuple[GpuRef, ...], app_class: str) -> float:
         """tau: the true slowdown of the slowest GPU for this class."""
         return max(self._nodes[g.node].gpu_slowdown(g.gpu, app_class) for g in gpus)
+
+    def type_speed(self, gpus: tuple[GpuRef, ...], application: str) -> float:
+        """rho: the application's speed on the slowest type of these GPUs, relative to the T4 (1 on T4s)."""
+        types = {self._nodes[g.node].gpu_type for g in gpus} - {POLLUX_GPU_TYPE}
+        return min((speed_ratio(application, t) for t in types), default=1.0)
+
+    def compute_factor(self, gpus: tuple[GpuRef, ...], app_class: str, application: str) -> float:
+        """tau / rho: how many times its T4 time a micro-step's compute takes on these GPUs."""
+        return self.slowest(gpus, app_class) / self.type_speed(gpus, application)
 
     def sync_scale(self, gpus: tuple[GpuRef, ...]) -> float:
         """B_ref / B of the links joining the job's nodes (1 on one node)."""
@@ -74,14 +91,18 @@ class World:
         spans = len({g.node for g in gpus}) > 1
         return self.truth.topology.across_node_factor if spans and self.truth.topology else 1.0
 
-    def step_factors(self, gpus: tuple[GpuRef, ...], app_class: str) -> tuple[float, float, float]:
-        """(slowest, sync_scale, spread_factor) of a job of `app_class` on `gpus`, each GPU set's
-        computed once: a running job keeps its GPUs round after round, and a spread's bandwidth
-        is a walk over the cluster's graph."""
-        key = (gpus, app_class)
+    def step_factors(self, gpus: tuple[GpuRef, ...], app_class: str, application: str) -> tuple[float, float, float]:
+        """(compute_factor, sync_scale, spread_factor) of a job of `application` (variability class
+        `app_class`) on `gpus`, each GPU set's computed once: a running job keeps its GPUs round
+        after round, and a spread's bandwidth is a walk over the cluster's graph."""
+        key = (gpus, app_class, application)
         if key not in self._factors:
-            self._factors[key] = (self.slowest(gpus, app_class), self.sync_scale(gpus), self.spread_factor(gpus))
+            self._factors[key] = (self.compute_factor(gpus, app_class, application), self.sync_scale(gpus),
+                                  self.spread_factor(gpus))
         return self._factors[key]
+
+
+_SHAPE = ("num_nodes", "gpus_per_node", "gpu_type")  # the single-pool fields node pools set
 
 
 @dataclass(frozen=True)
@@ -115,8 +136,10 @@ class ReplayConfig:
 
     def __post_init__(self):
         problems = [f"{k} must be > 0" for k in ("round_s", "horizon_s") if not getattr(self, k) > 0]
-        if self.cluster.gpu_type != POLLUX_GPU_TYPE:
-            problems.append(f"gpu_type must be {POLLUX_GPU_TYPE!r}: the applications' tables were measured on it")
+        if unknown := sorted(set(self.cluster.gpu_types) - set(derived_types())):
+            problems.append(f"GPU type {unknown[0]!r} has no true throughput in this world: the applications' tables "
+                            f"were measured on {POLLUX_GPU_TYPE!r} and derived to {', '.join(derived_types())} "
+                            "(models.type_speeds); use those types")
         if self.first_decision_s is not None and self.first_decision_s < 0:
             problems.append("first_decision_s must be >= 0")
         if not 0.0 <= self.freeze_opt_in <= 1.0:
@@ -147,6 +170,11 @@ class ReplayConfig:
         if unknown:
             raise ConfigError(f"unknown replay option {unknown[0]!r}; use one of {', '.join(sorted(self.options()))}")
         cluster = replace(self.cluster, **{k: v for k, v in options.items() if k in names})
+        # node pools are the shape: a single-pool field set to other than what they describe is lost
+        lost = [k for k in _SHAPE if k in options and cluster.pools and options[k] != getattr(cluster, k)]
+        if lost:
+            raise ConfigError(f"{lost[0]} {options[lost[0]]!r}: the cluster is node pools ({pools_text(cluster.pools)}), "
+                              "which set it; change the pools instead")
         return replace(self, cluster=cluster, **{k: v for k, v in options.items() if k not in names})
 
 

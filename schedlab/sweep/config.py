@@ -19,6 +19,9 @@
     load = [1.0, 1.5]               # submit times divided by load (the artifact's jobload)
     nodes = [16]
     gpus_per_node = [4]
+    cluster = ["t4:6x4,v100:5x4,k80:5x4"]   # or node pools of GPU types instead of nodes x gpus_per_node:
+                                    #   TYPE:NODESxGPUS strings, Gavel's "36:36:36", or lists of
+                                    #   {gpu_type, num_nodes, gpus_per_node} tables (clusters.as_pools)
     round_s = [60.0]
     model = ["policy"]              # "policy" (its own choice), "online" or "oracle"
     opt_in = [0.0, 1.0]             # fraction of jobs opting in to layer freezing (seeded)
@@ -53,7 +56,7 @@ from typing import Any
 
 import tomli_w
 
-from schedlab.clusters import VARIABILITY
+from schedlab.clusters import VARIABILITY, NodePool, as_pools, parse_pools, pools_text
 from schedlab.errors import ConfigError
 from schedlab.policies import make_policy
 from schedlab.policies.placement import QUEUE_ORDERS
@@ -62,8 +65,8 @@ from schedlab.sim.world import WORLDS
 from schedlab.trace_specs import spec_fields, trace_spec
 from schedlab.traces import WORKS
 
-__all__ = ["MODELS", "POLICY_AXES", "WORLD_AXES", "Sweep", "cell_key", "load_sweep", "parse_sweep", "source_hash",
-           "trace_label"]
+__all__ = ["CLUSTER_AXIS", "MODELS", "POLICY_AXES", "WORLD_AXES", "Sweep", "cell_gpus", "cell_key", "cell_pools",
+           "load_sweep", "parse_sweep", "source_hash", "trace_label"]
 
 # grid axis -> the ReplayConfig option it sets (ReplayConfig.with_options); its default is the world's own value
 WORLD_AXES = {"nodes": "num_nodes", "gpus_per_node": "gpus_per_node", "round_s": "round_s",
@@ -72,10 +75,12 @@ WORLD_AXES = {"nodes": "num_nodes", "gpus_per_node": "gpus_per_node", "round_s":
 RUN_DEFAULTS = {"seeds": [0], "load": [1.0], "model": ["policy"], "opt_in": [0.0], "penalty_scale": [1.0],
                 "budget": [0.03]}
 POLICY_AXES = ("order", "backfill")  # set on the policies that have the field, in cells only when given
+# grid.cluster: node pools (clusters.pools_text) in cells only when given, in place of these axes
+CLUSTER_AXIS, SHAPE_AXES = "cluster", ("nodes", "gpus_per_node")
 SECTIONS = {
     "sweep": {"name", "baseline", "metric", "world"},
     "traces": {"workloads", "sia_philly", "synthetic", "philly", "max_jobs"},
-    "grid": {"policies", *RUN_DEFAULTS, *WORLD_AXES, *POLICY_AXES},
+    "grid": {"policies", *RUN_DEFAULTS, *WORLD_AXES, *POLICY_AXES, CLUSTER_AXIS},
 }
 MODELS = {"policy": None} | {name: name for name in THROUGHPUT_MODELS}  # grid.model -> ReplayConfig.throughput_model
 # [traces] key -> the trace kind (trace_specs.TRACE_KINDS) of each entry: a name or path, or a table of the kind's fields
@@ -204,10 +209,15 @@ def parse_sweep(text: str, source: str = "sweep config",
     options = WORLDS[world].options()
     defaults = RUN_DEFAULTS | {axis: [options[field]] for axis, field in WORLD_AXES.items()}
     defaults |= {axis: grid[axis] for axis in POLICY_AXES if axis in grid}
+    clusters = _clusters(grid, world, where) if CLUSTER_AXIS in grid else []
+    if clusters:
+        defaults = {k: v for k, v in defaults.items() if k not in SHAPE_AXES} | {CLUSTER_AXIS: clusters}
     traces = _traces(traces_raw, where)
     policies = _policies(grid.get("policies"), where)
     axes = {k: _axis(grid.get(k, v), k, where) for k, v in defaults.items()}
-    _check_axes(axes, where)
+    if clusters:
+        axes[CLUSTER_AXIS] = clusters  # as pools_text writes them
+    _check_axes({k: axes.get(k, [1]) for k in (*defaults, *SHAPE_AXES)}, where)
     max_jobs = traces_raw.get("max_jobs")
     if max_jobs is not None and (not isinstance(max_jobs, int) or max_jobs < 1):
         raise where.error("max_jobs", "traces.max_jobs must be an integer >= 1")
@@ -223,6 +233,36 @@ def parse_sweep(text: str, source: str = "sweep config",
         cell["seed"] = cell.pop("seeds")
         cells.append(cell | {k: float(cell[k]) for k in floats})
     return Sweep(_name(head, source, where), baseline, str(head.get("metric", "mean_jct_s")), tuple(cells), text, source)
+
+
+def _clusters(grid: dict[str, Any], world: str, where: _Where) -> list[str]:
+    """grid.cluster's node pools, each as clusters.pools_text writes it, checked against the world."""
+    given = [k for k in SHAPE_AXES if k in grid]
+    if given:
+        raise where.error(given[0], f"grid.{given[0]} and grid.cluster both shape the cluster: give one (the pools "
+                                    "hold the nodes)")
+    raw = grid[CLUSTER_AXIS]
+    entries = raw if isinstance(raw, list) and raw and not isinstance(raw[0], dict) else [raw]
+    out = []
+    for entry in entries:
+        try:
+            pools = as_pools(entry, "grid.cluster")
+            WORLDS[world].with_options(pools=pools)
+        except ConfigError as exc:
+            raise where.error(CLUSTER_AXIS, str(exc)) from None
+        out.append(pools_text(pools))
+    return out
+
+
+def cell_pools(cell: dict[str, Any]) -> tuple[NodePool, ...]:
+    """A cell's node pools (grid.cluster), () for a cell of one pool (nodes x gpus_per_node)."""
+    return parse_pools(cell[CLUSTER_AXIS]) if CLUSTER_AXIS in cell else ()
+
+
+def cell_gpus(cell: dict[str, Any]) -> int:
+    """A cell's GPUs: its pools', or nodes x gpus_per_node."""
+    pools = cell_pools(cell)
+    return sum(p.num_nodes * p.gpus_per_node for p in pools) if pools else cell["nodes"] * cell["gpus_per_node"]
 
 
 def _name(head: dict[str, Any], source: str, where: _Where) -> str:

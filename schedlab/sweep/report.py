@@ -23,7 +23,7 @@ from scipy import stats
 from schedlab.errors import ConfigError
 from schedlab.io import spreadsheet_safe, text_table
 from schedlab.io.outputs import OUTPUT_KINDS, folder_kind
-from schedlab.sweep.config import cell_key, load_sweep
+from schedlab.sweep.config import cell_gpus, cell_key, load_sweep
 from schedlab.sweep.run import CellStore, records_frame
 
 __all__ = ["FORMATS", "UNITS", "Unit", "ci95", "header", "render", "report", "summary_table", "unit_of", "wide_table",
@@ -227,7 +227,7 @@ def write_figures(records: list[dict], frame: pd.DataFrame, folder: Path, metric
     colors = {p: f"C{i}" for i, p in enumerate(policies)}
     for p in policies:
         for i, r in enumerate(by_policy[p]):
-            gpus = r["cell"]["nodes"] * r["cell"]["gpus_per_node"]
+            gpus = cell_gpus(r["cell"])
             t = np.asarray(r["rounds"]["time_s"]) / 3600
             used = pd.Series(r["rounds"]["gpus_used"]).rolling(30, min_periods=1).mean() / gpus
             ax.plot(t, used, color=colors[p], alpha=0.5, linewidth=0.8, label=p if i == 0 else None)

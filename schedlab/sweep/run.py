@@ -35,7 +35,17 @@ from schedlab.sim.engine import one_blas_thread, replay
 from schedlab.sim.jobs import TraceJob
 from schedlab.sim.world import WORLDS, ReplayConfig
 from schedlab.state import FreezePenalty
-from schedlab.sweep.config import MODELS, POLICY_AXES, WORLD_AXES, Sweep, cell_key, parse_sweep, trace_label
+from schedlab.sweep.config import (
+    CLUSTER_AXIS,
+    MODELS,
+    POLICY_AXES,
+    WORLD_AXES,
+    Sweep,
+    cell_key,
+    cell_pools,
+    parse_sweep,
+    trace_label,
+)
 from schedlab.trace_specs import trace_spec
 
 __all__ = ["ENGINES", "CellStore", "Remote", "build_jobs", "cell_config", "deterministic", "execute", "make_cell_policy",
@@ -47,8 +57,10 @@ TIMING_KEYS = ("solve_p50_ms", "solve_p95_ms", "solve_max_ms")  # vary run to ru
 
 def cell_config(cell: dict[str, Any]) -> ReplayConfig:
     """The cell's world: its world's ReplayConfig with the cell's axes (sweep.config.WORLD_AXES)."""
+    pools = {"pools": cell_pools(cell)} if CLUSTER_AXIS in cell else {}
     return WORLDS[cell["world"]].with_options(
-        **{field: cell[axis] for axis, field in WORLD_AXES.items()}, throughput_model=MODELS[cell["model"]],
+        **{field: cell[axis] for axis, field in WORLD_AXES.items() if axis in cell}, **pools,
+        throughput_model=MODELS[cell["model"]],
         freeze_opt_in=cell["opt_in"], freeze_budget=cell["budget"], freeze_seed=cell["seed"],
         freeze_penalty=FreezePenalty(scale=FreezePenalty().scale * cell["penalty_scale"]), seed=cell["seed"])
 
@@ -380,8 +392,9 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
     rows = []
     for r in records:
         c = r["cell"]
+        cluster = c[CLUSTER_AXIS] if CLUSTER_AXIS in c else f"{c['nodes']}x{c['gpus_per_node']}"
         rows.append({"trace": trace_label(c["trace"]), "policy": c["policy"]["label"], "world": c["world"],
-                     "seed": c["seed"], "load": c["load"], "cluster": f"{c['nodes']}x{c['gpus_per_node']}",
+                     "seed": c["seed"], "load": c["load"], "cluster": cluster,
                      "round_s": c["round_s"], "model": c["model"], "across_node": c["across_node"],
                      "racks": c["racks"], "uplink_gbps": c["uplink_gbps"], "variability": c["variability"],
                      "work": c["work"], "order": c.get("order"), "backfill": c.get("backfill"),
