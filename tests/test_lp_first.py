@@ -21,7 +21,7 @@ from conftest import tiny_round
 import schedlab
 from schedlab.api import solve_round
 from schedlab.bench import random_round
-from schedlab.clusters import ClusterSpec, make_cluster
+from schedlab.clusters import ClusterSpec, make_cluster, parse_pools
 from schedlab.formulations import FORMULATIONS
 from schedlab.formulations.goodput import build_arrays
 from schedlab.formulations.options import enumerate_options
@@ -122,3 +122,20 @@ def test_a_relaxation_bound_survives_searches_that_found_no_point():
     stopped = SolveOutcome(TIME_LIMIT, np.array([1.0, 0.0]), 1.0, math.inf, 0.02, "MIP: time limit reached")
     assert best_of((stopped, relaxed), 1e-4).bound == 1.0
     assert start_outcome(model, relaxed, 0.03).bound == 1.0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_reduced_cost_fixing_proves_what_the_neighbourhoods_of_jobs_do_not(seed):
+    """Three GPU types, 256 GPUs / 200 jobs: the fractional jobs' neighbourhood leaves the round
+    unproven; the MIP over the columns reduced-cost fixing leaves free proves it, at the full
+    MIP's optimum, and the bound it reports holds (no point of the full MIP is above it)."""
+    pools = parse_pools("v100:22x4,p100:21x4,k80:21x4")
+    round_input = random_round(np.random.default_rng(seed), 0, 200, pools=pools, settings=Settings(solver="highs"))
+    model = FORMULATIONS["goodput"](round_input).arrays()
+    found = highs_direct.lp_first_search(model, 60.0, 1e-4)
+    full = solve_highs(model, 120.0, 1e-7, lp_first=False)
+    assert found.message.startswith("reduced-cost fixing"), found.message
+    assert found.status == "optimal"
+    assert found.objective == pytest.approx(full.objective, rel=1e-4)
+    assert found.bound >= full.objective - 1e-9
+    assert found.bound < highs_direct.lp_bound(model)  # tighter than the relaxation's

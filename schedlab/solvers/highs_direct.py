@@ -13,6 +13,16 @@ fraction of the time its MIP search takes to prove the same point. So (`lp_first
      otherwise the neighbourhood grows (NEIGHBOURHOODS, while it frees at most half the
      model) and, past the last,
   4. the full MIP runs with the time left (the neighbourhood's point is the answer if better).
+Between the first neighbourhood and the others, reduced-cost fixing (exact): a point that
+moves an integer column off the bound where the LP leaves it loses at least the column's reduced
+cost |d_j| against the LP bound B (LP duality: z(x) <= B + sum_j d_j (x_j - x*_j)). So the MIP
+over the columns with |d_j| <= mip_gap |B| holds every point within the gap of B; where it is
+solved and its best point is not within the gap, no point is, and the MIP over the columns with
+|d_j| <= B - f (f: the best point's value) holds every better point: solved, it proves its
+answer optimal against its own bound. Three types of GPU at 2,048 GPUs / 1,000 jobs: about 2,800
+of 15,000 columns stay free in the first, solved in 0.1-0.3 s, where the neighbourhoods of
+jobs took 0.2-0.8 s and a round whose optimum lies 2.4e-4 below the LP bound needed the full
+MIP (12.6 s).
 Rounding the fractional jobs down alone lands 1-3e-4 below the LP bound at 2,048 GPUs / 1,000
 jobs, where the integer optimum is within 1e-5-5e-5 of it; freeing the 32 jobs of smallest
 regret besides finds a point within 5e-5 in ~20 ms, where HiGHS's full MIP takes 0.3-2.5 s.
@@ -171,14 +181,67 @@ def _around_relaxation(model: MilpArrays, relaxed: SolveOutcome, reduced_cost: n
         restricted = replace(model, col_lo=np.where(fixed, np.round(x), model.col_lo),
                              col_hi=np.where(fixed, np.round(x), model.col_hi), start=None)
         found = _run(restricted, model.integer, max(left_s(), 1e-3), mip_gap, seed, presolve=True, options=options)
-        if found.values is None or best.values is not None and found.objective <= best.objective:
-            continue
-        gap = (bound - found.objective) / max(abs(found.objective), 1e-9)
-        message = f"LP first: MIP over the fractional jobs and {size} more, {gap:.1e} from the LP bound"
-        best = replace(found, status=OPTIMAL if gap <= mip_gap else TIME_LIMIT, bound=bound, message=message)
-        if best.status == OPTIMAL or left_s() <= 0:
-            break
+        if found.values is not None and (best.values is None or found.objective > best.objective):
+            gap = (bound - found.objective) / max(abs(found.objective), 1e-9)
+            message = f"LP first: MIP over the fractional jobs and {size} more, {gap:.1e} from the LP bound"
+            best = replace(found, status=OPTIMAL if gap <= mip_gap else TIME_LIMIT, bound=bound, message=message)
+            if best.status == OPTIMAL or left_s() <= 0:
+                break
+        if size == 0:  # the cheapest neighbourhood did not prove it: reduced-cost fixing (docstring)
+            best = _reduced_cost_search(model, relaxed, reduced_cost, best, left_s, mip_gap, seed, options)
+            if best.status == OPTIMAL or left_s() <= 0 or best.message.startswith(_EXHAUSTED):
+                break
     return best
+
+
+_EXHAUSTED = "reduced-cost fixing"
+
+
+def _reduced_cost_search(model: MilpArrays, relaxed: SolveOutcome, reduced_cost: np.ndarray, best: SolveOutcome,
+                         left_s, mip_gap: float, seed: int, options: Options) -> SolveOutcome:
+    """The two reduced-cost MIPs of the module docstring, from `best` (TIME_LIMIT, or FAILED
+    without a point). Returns the best point with status OPTIMAL where proven (its bound the
+    proof's), else `best` or a better point; a message starting with _EXHAUSTED says the search
+    settled what it could (the neighbourhoods of jobs cannot prove more)."""
+    bound, x = relaxed.objective, relaxed.values
+    assert x is not None, "an optimal relaxation has its point"
+    for exact in (False, True):
+        if exact and best.values is None:
+            return best  # no point to beat: the full MIP searches
+        slack = bound - best.objective if exact else mip_gap * abs(bound)
+        restricted = _fixed_by_reduced_cost(model, x, reduced_cost, slack)
+        if (restricted.col_lo < restricted.col_hi).sum() > NEIGHBOURHOOD_MAX_SHARE * model.num_cols:
+            return best  # as large as the model: the full MIP is the faster search
+        start = None if best.values is None else np.where(model.integer, np.round(best.values), best.values)
+        found = _run(replace(restricted, start=start), model.integer, max(left_s(), 1e-3), mip_gap, seed,
+                     presolve=True, options=options)
+        solved = found.status == OPTIMAL  # within mip_gap of the restricted model's own bound
+        if found.values is not None and (best.values is None or found.objective > best.objective):
+            best = replace(found, status=TIME_LIMIT, bound=bound)
+        if best.values is None:
+            return best
+        # every point outside the restricted model is worth at most bound - slack
+        proof = min(bound, max(found.bound, bound - slack)) if solved else bound
+        gap = (proof - best.objective) / max(abs(best.objective), 1e-9)
+        kind = "a better point" if exact else "a point within the gap"
+        message = (f"{_EXHAUSTED}: MIP over the columns {kind} can move "
+                   f"({int((restricted.col_lo < restricted.col_hi).sum())} of {model.num_cols}), {gap:.1e} from its bound")
+        best = replace(best, status=OPTIMAL if gap <= mip_gap else TIME_LIMIT, bound=proof if solved else bound,
+                       message=message)
+        if best.status == OPTIMAL or not solved or left_s() <= 0:
+            return best
+    return best
+
+
+def _fixed_by_reduced_cost(model: MilpArrays, x: np.ndarray, reduced_cost: np.ndarray, slack: float) -> MilpArrays:
+    """The model with every integer column that the LP point `x` leaves at a bound fixed there
+    where moving it costs the LP bound more than `slack` (a maximization: the reduced cost of a
+    column at its lower bound is <= 0, at its upper bound >= 0)."""
+    margin = slack * (1 + 1e-9) + 1e-9  # fix only what is clearly beyond the slack
+    at_lo = model.integer & (x <= model.col_lo + _INTEGRAL_TOL) & (-reduced_cost > margin)
+    at_hi = model.integer & (x >= model.col_hi - _INTEGRAL_TOL) & (reduced_cost > margin) & ~at_lo
+    return replace(model, col_lo=np.where(at_hi, model.col_hi, model.col_lo),
+                   col_hi=np.where(at_lo, model.col_lo, model.col_hi))
 
 
 def _by_regret(choice: np.ndarray, col_lo: np.ndarray, x: np.ndarray, reduced_cost: np.ndarray) -> np.ndarray:
