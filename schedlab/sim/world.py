@@ -22,7 +22,7 @@ from typing import Any
 
 import networkx as nx
 
-from schedlab.clusters import ClusterSpec
+from schedlab.clusters import ClusterSpec, NodePool
 from schedlab.errors import ConfigError
 from schedlab.models.freezing import DEFAULT_BUDGET
 from schedlab.models.profiles import POLLUX_GPU_TYPE
@@ -31,7 +31,7 @@ from schedlab.sim.view import THROUGHPUT_MODELS
 from schedlab.state import Cluster, FreezePenalty, GpuRef, Topology
 from schedlab.topology import cluster_graph, spread_gbps
 
-__all__ = ["PAL_WORLD", "WORLDS", "ReplayConfig", "World"]
+__all__ = ["GAVEL_WORLD", "PAL_WORLD", "WORLDS", "ReplayConfig", "World"]
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ class ReplayConfig:
 
     def __post_init__(self):
         problems = [f"{k} must be > 0" for k in ("round_s", "horizon_s") if not getattr(self, k) > 0]
-        if self.cluster.gpu_type != POLLUX_GPU_TYPE:
+        if not self.cluster.pools and self.cluster.gpu_type != POLLUX_GPU_TYPE:  # pools: each job kind checks its types
             problems.append(f"gpu_type must be {POLLUX_GPU_TYPE!r}: the applications' tables were measured on it")
         if self.first_decision_s is not None and self.first_decision_s < 0:
             problems.append("first_decision_s must be >= 0")
@@ -158,9 +158,15 @@ class ReplayConfig:
 PAL_WORLD = ReplayConfig().with_options(
     round_s=360.0, restart_delay_s=0.0, horizon_s=120 * 86400.0, across_node_factor=1.7, variability="measured",
     first_decision_s=0.0, finish_at_round_end=True, sia_philly_work="iterations")
+# Gavel's simulator (Narayanan et al. OSDI'20, stanford-futuredata/gavel) as a world: its traces' rigid
+# jobs (sim.gavel) on 36 V100 + 36 P100 + 36 K80 in servers of 4, 360 s rounds, no restart delay, the
+# first decision at 0.
+GAVEL_WORLD = ReplayConfig(cluster=ClusterSpec(pools=tuple(NodePool(t, 9, 4) for t in ("v100", "p100", "k80"))),
+                           round_s=360.0, restart_delay_s=0.0, first_decision_s=0.0)
 WORLDS: dict[str, ReplayConfig] = {
     "pollux": ReplayConfig(),  # the Pollux artifact's simulator
     "pal": PAL_WORLD,
     # the Pollux world on PAL's measured variability and 4 racks with 2:1 oversubscribed uplinks
     "variability": ReplayConfig().with_options(racks=4, uplink_gbps=50.0, variability="measured"),
+    "gavel": GAVEL_WORLD,
 }
