@@ -26,6 +26,7 @@ from schedlab.models.gavel import (
 )
 from schedlab.models.throughput import rmsle, step_time_s
 from schedlab.policies import ALLOCATORS
+from schedlab.sweep import parse_sweep, run_sweep
 from schedlab.trace_specs import GavelTrace, trace_spec
 from schedlab.traces import gavel_jobs, load_gavel_trace, shipped_gavel_traces
 
@@ -189,3 +190,11 @@ def test_gavel_replays_from_the_cli():
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     assert summary["jobs_total"] == 3 and summary["jobs_completed"] == 3
+
+
+def test_a_sweep_replays_gavel_traces(tmp_path):
+    sweep = parse_sweep('[sweep]\nname = "g"\nworld = "gavel"\n\n[traces]\ngavel = ["795a4c", "925e2b"]\n\n'
+                        '[grid]\npolicies = ["fifo", "sia"]\n')
+    assert [c["trace"] for c in sweep.cells[::2]] == [{"kind": "gavel", "name": "795a4c"}, {"kind": "gavel", "name": "925e2b"}]
+    records, failed = run_sweep(sweep, tmp_path / "out", workers=1, progress=False)
+    assert failed == [] and all(r["summary"]["jobs_completed"] == r["summary"]["jobs_total"] for r in records)
