@@ -203,14 +203,23 @@ def fit_job_type(table: GavelTable, job_type: str, gpu_type: str) -> JobTypeFit:
 def refit(table: GavelTable | None = None) -> dict[str, dict[str, dict]]:
     """Every job type's fit on every GPU type measured, as params.json holds them:
     job type -> GPU type -> {"params": [7 floats], "fit_rmsle": float}."""
+    import importlib
+
+    from threadpoolctl import threadpool_limits
+
     table = table or gavel_table()
     out: dict[str, dict[str, dict]] = {}
-    for job_type in table.job_types:
-        for gpu_type in table.gpu_types:
-            if not table.rate(job_type, 1, gpu_type):
-                continue
-            fit = fit_job_type(table, job_type, gpu_type)
-            out.setdefault(job_type, {})[gpu_type] = {"params": params_to_list(fit.params), "fit_rmsle": fit.fit_rmsle}
+    # 78 fits of a few points each: BLAS threads only spin (6 s became 40 s on a busy machine).
+    # threadpoolctl limits the libraries loaded so far, so scipy's optimizer is loaded first.
+    importlib.import_module("scipy.optimize")
+    with threadpool_limits(limits=1, user_api="blas"):
+        for job_type in table.job_types:
+            for gpu_type in table.gpu_types:
+                if not table.rate(job_type, 1, gpu_type):
+                    continue
+                fit = fit_job_type(table, job_type, gpu_type)
+                out.setdefault(job_type, {})[gpu_type] = {"params": params_to_list(fit.params),
+                                                          "fit_rmsle": fit.fit_rmsle}
     return out
 
 

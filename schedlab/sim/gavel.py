@@ -18,7 +18,7 @@ policy of the registry can schedule it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 
 from schedlab.errors import ConfigError
 from schedlab.models.efficiency import split_fixed_batch
@@ -43,6 +43,8 @@ class GavelTruth:
         Gavel's name of the model and batch, e.g. "ResNet-50 (batch size 64)".
     scale_factor
         Its GPUs.
+    per_gpu_bsz
+        The batch of each GPU (models.gavel.per_gpu_batch).
     rates
         (GPU type, consolidated) -> steps per second alone, for the GPU types it runs on.
     params
@@ -51,13 +53,20 @@ class GavelTruth:
 
     job_type: str
     scale_factor: int
+    per_gpu_bsz: int
     rates: tuple[tuple[tuple[str, bool], float], ...]
     params: tuple[tuple[str, ThroughputParams], ...]
 
-    @property
-    def per_gpu_bsz(self) -> int:
-        """The batch of each GPU (models.gavel.per_gpu_batch)."""
-        return per_gpu_batch(self.job_type)
+    # cached: every round asks for each live job's (a frozen dataclass without slots keeps
+    # cached_property's value in its __dict__, outside the fields)
+    @cached_property
+    def throughput(self) -> dict[str, ThroughputParams]:
+        """GPU type -> its fitted model, as a JobSpec holds it (do not mutate: shared)."""
+        return dict(self.params)
+
+    @cached_property
+    def _rate(self) -> dict[tuple[str, bool], float]:
+        return dict(self.rates)
 
     @property
     def total_bsz(self) -> int:
@@ -74,7 +83,7 @@ class GavelTruth:
         """Its batch per GPU."""
         return self.per_gpu_bsz
 
-    @property
+    @cached_property
     def limits(self) -> BatchLimits:
         """Its one batch: total and per GPU."""
         return BatchLimits(self.total_bsz, self.total_bsz, self.per_gpu_bsz, self.per_gpu_bsz)
@@ -85,7 +94,7 @@ class GavelTruth:
 
     def steps_per_s(self, gpu_type: str, consolidated: bool) -> float:
         """Steps per second on GPUs of `gpu_type`, on one node or across nodes (0: it does not run there)."""
-        return dict(self.rates).get((gpu_type, consolidated), 0.0)
+        return self._rate.get((gpu_type, consolidated), 0.0)
 
     @property
     def best_steps_per_s(self) -> float:
@@ -101,7 +110,7 @@ def gavel_truth(job_type: str, scale_factor: int) -> GavelTruth:
     if not types:
         raise ConfigError(f"job type {job_type!r} at {scale_factor} GPUs runs on no GPU type of Gavel's table")
     rates = tuple(((t, c), steps_per_s(job_type, scale_factor, t, c)) for t in types for c in (True, False))
-    return GavelTruth(job_type, scale_factor, rates, tuple((t, fits[t].params) for t in types))
+    return GavelTruth(job_type, scale_factor, per_gpu_batch(job_type), rates, tuple((t, fits[t].params) for t in types))
 
 
 def gavel_spec(state: JobState, truth: GavelTruth, remaining_steps: float, now_s: float) -> JobSpec:
@@ -111,7 +120,7 @@ def gavel_spec(state: JobState, truth: GavelTruth, remaining_steps: float, now_s
     job = state.job
     return JobSpec(
         id=job.name,
-        throughput=dict(truth.params),
+        throughput=truth.throughput,
         grad_stats=RIGID_GRAD,
         batch=truth.limits,
         min_gpus=truth.scale_factor,

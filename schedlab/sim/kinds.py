@@ -211,11 +211,11 @@ class RigidSteps:
     def check_fits(self, job: TraceJob, cluster: ClusterSpec) -> None:
         """Its GPUs must exist on one GPU type it runs on."""
         truth = gavel_truth(job.application, job.num_replicas)
-        if not any(p.gpu_type in dict(truth.params) for p in cluster.node_pools):
-            raise ConfigError(f"job {job.name} ({job.application}) runs on {', '.join(dict(truth.params))} GPUs, "
+        if not any(p.gpu_type in truth.throughput for p in cluster.node_pools):
+            raise ConfigError(f"job {job.name} ({job.application}) runs on {', '.join(truth.throughput)} GPUs, "
                               f"the cluster has {', '.join(cluster.gpu_types)}; use a cluster of Gavel's GPU types")
         largest = max(sum(p.num_nodes * p.gpus_per_node for p in cluster.node_pools if p.gpu_type == t)
-                      for t in dict(truth.params))
+                      for t in truth.throughput)
         if job.num_replicas > largest:
             raise ConfigError(f"job {job.name} needs {job.num_replicas} GPUs of one type, the cluster has at most "
                               f"{largest} of a type it runs on; use a larger cluster")
