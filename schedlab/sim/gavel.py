@@ -8,7 +8,9 @@ its steps are done. Here the rate depends on where its GPUs are: the consolidate
 node, the `_unconsolidated` rate across nodes. What we changed: Gavel's simulator charges the
 consolidated rate wherever its strided placement put the GPUs (it never reads the
 `_unconsolidated` keys); a scheduler here may spread a job, so it runs at the rate Gavel
-measured for a spread job.
+measured for a spread job. Gavel's scripts default to one GPU per server, where that rule
+would spread every multi-GPU job; the gavel world (sim.world.WORLDS) has servers of 4. Gavel
+starts its next round early when every running job has finished; here every round is 360 s.
 
 A round sees the job with Pollux's model fitted to the table for every GPU type it runs on
 (models.gavel.shipped_params), on exactly its scale factor, at its one batch (gain 1), so every
