@@ -198,3 +198,8 @@ def test_a_sweep_replays_gavel_traces(tmp_path):
     assert [c["trace"] for c in sweep.cells[::2]] == [{"kind": "gavel", "name": "795a4c"}, {"kind": "gavel", "name": "925e2b"}]
     records, failed = run_sweep(sweep, tmp_path / "out", workers=1, progress=False)
     assert failed == [] and all(r["summary"]["jobs_completed"] == r["summary"]["jobs_total"] for r in records)
+
+
+def test_a_pollux_workload_on_the_gavel_world_is_refused_before_it_runs():
+    with pytest.raises(ConfigError, match="runs on t4 GPUs .Pollux's tables., the cluster has v100, p100, k80"):
+        schedlab.replay("workload-1", "fifo", "gavel", max_jobs=2)

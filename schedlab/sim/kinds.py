@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from schedlab.clusters import ClusterSpec
 from schedlab.errors import ConfigError
+from schedlab.models.profiles import POLLUX_GPU_TYPE
 from schedlab.models.throughput import MeasuredTable
 from schedlab.sim.gavel import GavelTruth, gavel_spec, gavel_truth
 from schedlab.sim.jobs import (
@@ -102,6 +103,13 @@ class JobKind(Protocol[T]):
         ...
 
 
+def _check_pollux_type(job: TraceJob, cluster: ClusterSpec) -> None:
+    """A Pollux application's job runs on the GPU type its tables were measured on: the cluster needs some."""
+    if POLLUX_GPU_TYPE not in cluster.gpu_types:
+        raise ConfigError(f"job {job.name} ({job.application}) runs on {POLLUX_GPU_TYPE} GPUs (Pollux's tables), the "
+                          f"cluster has {', '.join(cluster.gpu_types)}; use a world of the Pollux applications' traces")
+
+
 def _application_truth(job: TraceJob, calibration: Mapping[str, MeasuredTable]) -> ApplicationTruth:
     """A Pollux application's measurements, or its calibrated table's where one is given."""
     table = calibration.get(job.application)
@@ -124,7 +132,8 @@ class EpochTarget:
         return _application_truth(job, calibration)
 
     def check_fits(self, job: TraceJob, cluster: ClusterSpec) -> None:
-        """Always runs: its policy may give it fewer GPUs than it asked for."""
+        """Runs on any GPUs of its tables' type: its policy may give it fewer than it asked for."""
+        _check_pollux_type(job, cluster)
 
     def rules(self, job: TraceJob, truth: ApplicationTruth, mode: BatchMode, total_gpus: int) -> JobRules:
         """The policy's batch mode decides."""
@@ -165,6 +174,7 @@ class FixedWork:
 
     def check_fits(self, job: TraceJob, cluster: ClusterSpec) -> None:
         """It runs at its requested GPU count or waits: that count must exist."""
+        _check_pollux_type(job, cluster)
         if job.num_replicas > cluster.total_gpus:
             raise ConfigError(f"job {job.name} needs {job.num_replicas} GPUs, the cluster has {cluster.total_gpus}; "
                               "use a larger cluster")
