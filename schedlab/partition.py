@@ -70,7 +70,8 @@ def split_round(round_input: RoundInput, k: int) -> list[RoundInput]:
     for j in sorted(set(range(len(round_input.jobs))) - set(running)):  # then fill up the fair shares
         jobs[min(range(num_parts), key=lambda q: (len(jobs[q]) / max(gpus[q], 1), q))].append(j)
     settings = replace(round_input.settings, partitions=1)
-    return [RoundInput(Cluster(node_parts[q], _sub_topology(round_input.cluster.topology, node_parts[q])),
+    cluster = round_input.cluster
+    return [RoundInput(Cluster(node_parts[q], _sub_topology(cluster.topology, node_parts[q]), cluster.gpu_speed),
                        tuple(round_input.jobs[j] for j in sorted(jobs[q])), settings, round_input.round_s)
             for q in range(num_parts)]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
 
@@ -72,10 +72,51 @@ class Topology:
 
 @dataclass(frozen=True)
 class Cluster:
-    """Nodes, and optionally the topology above them (None: one switch, no locality penalty)."""
+    """Nodes, and optionally the topology above them (None: one switch, no locality penalty).
+
+    gpu_speed: a relative speed per GPU type (e.g. {"t4": 1.0, "a100": 2.7}), from which a job's
+    parameters on a type it has no fitted model for are projected (`projections`); empty: none
+    are, and a job runs only on the types it has parameters for."""
 
     nodes: tuple[Node, ...]
     topology: Topology | None = None
+    gpu_speed: Mapping[str, float] = field(default_factory=dict)
+
+    def projections(self, throughput: Mapping[str, ThroughputParams]) -> dict[str, ThroughputParams]:
+        """A job's parameters on the cluster's GPU types it has none for, projected by `gpu_speed`
+        (as Sia bootstraps a job on a type it has not run on).
+
+        A type is projected where it and some type the job has parameters for both have a
+        speed: from the fastest such type (the first by name among equals), its compute scaled
+        by their ratio (ThroughputParams.projected); a type without a speed, or a job with no
+        fitted type that has one, gets none, and the job does not run there.
+
+        Parameters
+        ----------
+        throughput
+            The job's fitted parameters by GPU type (JobSpec.throughput).
+
+        Returns
+        -------
+        dict
+            GPU type -> projected parameters, for the types the job lacks that can be projected.
+
+        Examples
+        --------
+        >>> p = ThroughputParams(0.1, 0.01, 0.2, 0.01, 0.05, 0.001, 1.0)
+        >>> cluster = Cluster((Node("n0", 4, "t4"), Node("n1", 8, "a100")), gpu_speed={"t4": 1.0, "a100": 2.5})
+        >>> cluster.projections({"t4": p})["a100"].alpha_c
+        0.04
+        """
+        if not self.gpu_speed:  # today's rule, and the common case: no projection
+            return {}
+        fitted = [t for t in sorted(throughput) if t in self.gpu_speed]
+        if not fitted:
+            return {}
+        source = max(fitted, key=lambda t: self.gpu_speed[t])  # max keeps the first of equals
+        speed = self.gpu_speed[source]
+        return {t: throughput[source].projected(self.gpu_speed[t] / speed)
+                for t in sorted(self.gpu_types) if t not in throughput and t in self.gpu_speed}
 
     # cached: parsing and valuing a round ask once per job (a frozen dataclass without slots
     # keeps cached_property's value in its __dict__, outside the fields)
@@ -137,6 +178,18 @@ class ThroughputParams:
     beta_r: float
     gamma: float
 
+    def projected(self, speed_ratio: float) -> ThroughputParams:
+        """These parameters on a GPU type `speed_ratio` times as fast: the compute terms
+        (alpha_c, beta_c) divided by the ratio, the sync terms kept (the network does not
+        change with the GPU).
+
+        Examples
+        --------
+        >>> ThroughputParams(0.2, 0.01, 0.3, 0.02, 0.1, 0.001, 1.5).projected(2.0).alpha_c
+        0.1
+        """
+        return replace(self, alpha_c=self.alpha_c / speed_ratio, beta_c=self.beta_c / speed_ratio)
+
 
 @dataclass(frozen=True)
 class GradStats:
@@ -166,6 +219,12 @@ class BatchLimits:
     max_bsz: int
     min_local_bsz: int
     max_local_bsz: int
+
+    def with_local(self, min_local_bsz: int | None = None, max_local_bsz: int | None = None) -> BatchLimits:
+        """These limits with the per-GPU micro-batch range replaced where given (a GPU type's own
+        range, JobSpec.batch_by_type)."""
+        return replace(self, min_local_bsz=self.min_local_bsz if min_local_bsz is None else min_local_bsz,
+                       max_local_bsz=self.max_local_bsz if max_local_bsz is None else max_local_bsz)
 
 
 @dataclass(frozen=True)
@@ -230,6 +289,12 @@ class JobSpec:
     Optimus and ONES; None = unknown). `freezing` is set for a job that opts in to layer
     freezing (formulations.freezing). `app_class` names the variability class of its GPUs'
     slowdown factors (default: from the application, APP_CLASS).
+
+    A mixed cluster's rules: `batch_by_type` maps a GPU type to the job's batch limits there
+    (its own micro-batch range, as a GPU's memory bounds it; `batch_on`), `projected_types`
+    names the types whose `throughput` entry was projected from another type's
+    (Cluster.projections), and a `pinned` job keeps its current GPUs this round (a checkpoint or
+    restore in progress): it must be running, and its only option is to stay.
     """
 
     id: str
@@ -250,6 +315,18 @@ class JobSpec:
     remaining_steps: float | None = None
     freezing: FreezeSpec | None = None
     app_class: str | None = None
+    batch_by_type: Mapping[str, BatchLimits] = field(default_factory=dict)
+    pinned: bool = False
+    projected_types: tuple[str, ...] = ()
+
+    def batch_on(self, gpu_type: str) -> BatchLimits:
+        """The job's batch limits on GPU type `gpu_type`: its batch_by_type entry, else `batch`.
+        Every valuation and check of a batch on a type reads them here."""
+        return self.batch_by_type.get(gpu_type, self.batch)
+
+    def projected_on(self, gpu_type: str) -> bool:
+        """Whether the job's parameters on `gpu_type` were projected from another type's."""
+        return gpu_type in self.projected_types
 
     @property
     def running(self) -> bool:
@@ -354,6 +431,7 @@ class JobAllocation:
     restarted: bool = False
     frozen_groups: int = 0
     freeze_penalty: float = 0.0  # accuracy penalty this round spends (freezing jobs)
+    projected: bool = False  # its GPUs are of a type its parameters were projected for
 
     @property
     def num_gpus(self) -> int:

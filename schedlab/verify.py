@@ -15,9 +15,11 @@ def problems(round_input: RoundInput, allocations: tuple[JobAllocation, ...], bu
     """Every rule the allocations break, one message each (empty: valid).
 
     The rules: one allocation per job of the round and none for other jobs; GPUs that exist,
-    each held by one job; GPU counts within [min_gpus, max_gpus] on one GPU type the job has a
+    each held by one job; a pinned job on exactly its current GPUs; GPU counts within
+    [min_gpus, max_gpus], all of one GPU type (a job never mixes types), one the job has a
     model for; total batch = GPUs x local batch x (accumulation steps + 1), the local batch
-    within its limits and the total at most max(max_bsz, fixed_bsz); freeze levels only for
+    within its limits on that type (JobSpec.batch_on) and the total at most
+    max(max_bsz, fixed_bsz); freeze levels only for
     jobs that opt in, within [min_frozen, top_level], and their penalty within the budget left.
     `budgets=False` leaves the budgets out (a replay lets a budget-blind policy overspend, and
     counts it).
@@ -50,18 +52,24 @@ def problems(round_input: RoundInput, allocations: tuple[JobAllocation, ...], bu
             found.append(f"job {a.job_id!r} freezes {a.frozen_groups} groups outside its [{f.min_frozen}, {f.top_level}]")
         if budgets and f is not None and a.freeze_penalty > f.budget_left + 1e-9:
             found.append(f"job {a.job_id!r} spends penalty {a.freeze_penalty:.3g} above its budget {f.budget_left:.3g}")
+        if job.pinned and set(a.gpus) != set(job.current_gpus):
+            found.append(f"job {a.job_id!r} is pinned to its current GPUs, but was given "
+                         f"{[g.key for g in a.gpus] or 'none'}")
         if not a.gpus:
             continue
         if not job.min_gpus <= len(a.gpus) <= job.max_gpus:
             found.append(f"job {a.job_id!r} got {len(a.gpus)} GPUs outside its [{job.min_gpus}, {job.max_gpus}]")
-        types = {cluster.nodes[index[g.node]].gpu_type for g in a.gpus if g.node in index}
-        if len(types) > 1 or not types <= set(job.throughput):
-            found.append(f"job {a.job_id!r} runs on GPU types {sorted(types)} it has no model for, or mixes them")
+        types = sorted({cluster.nodes[index[g.node]].gpu_type for g in a.gpus if g.node in index})
+        if len(types) > 1:
+            found.append(f"job {a.job_id!r} mixes GPU types {types} in one allocation; a job's GPUs are of one type")
+        elif types and types[0] not in job.throughput:
+            found.append(f"job {a.job_id!r} runs on GPU type {types[0]!r}, for which it has no throughput model")
         if a.total_bsz != len(a.gpus) * a.local_bsz * (a.accum_steps + 1):
             found.append(f"job {a.job_id!r}: total batch {a.total_bsz} != GPUs x local x (accum + 1)")
-        b = job.batch
+        b = job.batch_on(types[0]) if len(types) == 1 else job.batch
         if not b.min_local_bsz <= a.local_bsz <= b.max_local_bsz:
-            found.append(f"job {a.job_id!r}: local batch {a.local_bsz} outside [{b.min_local_bsz}, {b.max_local_bsz}]")
+            on = f" on {types[0]}" if len(types) == 1 and types[0] in job.batch_by_type else ""
+            found.append(f"job {a.job_id!r}: local batch {a.local_bsz} outside [{b.min_local_bsz}, {b.max_local_bsz}]{on}")
         if a.total_bsz > max(b.max_bsz, job.fixed_bsz or 0):
             found.append(f"job {a.job_id!r}: total batch {a.total_bsz} above its maximum {b.max_bsz}")
     missing = set(jobs) - seen_jobs

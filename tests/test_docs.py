@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MATH_PAGES = {
     "formulations/goodput.html": ["(one)", "(level)", "(slots)", "(minspd)"],
     "formulations/freezing.html": ["(one)", "(budget)"],
+    "formulations/gavel.html": ["(fair)", "(floor)", "(time)", "(cap)", "(runs)"],
     "formulations/options.html": [],
     "formulations/joint.html": ["(one)", "(demand)", "(level)", "(slots)", "(node)", "(stay)", "(comp)", "(whole)", "(rack)",
                                  "(minspd)"],

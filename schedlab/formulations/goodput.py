@@ -54,9 +54,14 @@ $$
 &\text{(slots)}  && d \, w_{kd} + \sum_{c \in S_k} h_{kc} \, x_c \le G
                  && k \in K2_g,\ d \in L_g \\
 &\text{(minspd)} && t \le \sum_{c \in C_j} s'_c \, x_c
-                 && j \in J \text{ (max-min)}
+                 && j \in J \text{ (max-min)} \\
+&\text{(pin)}    && x_c = 1
+                 && c \in \mathit{Stay} \text{ of a pinned job}
 \end{aligned}
 $$
+
+(pin) holds a pinned job on its current GPUs: its stay is its only option
+(options.pinned_stays), a column bound rather than a row.
 
 **Why (level) is exact.** Let $r_k$ be node $k$'s GPUs not held by stayers. Items whose sizes
 form a divisibility chain pack into nodes with free $r_k$ iff for every level $d$ the items of
@@ -79,7 +84,14 @@ import numpy as np
 from schedlab.errors import DecodeError
 from schedlab.formulations.freezing import enumerate_freeze_options, has_freezing
 from schedlab.formulations.greedy import greedy_choice
-from schedlab.formulations.options import OptionColumns, OptionSet, enumerate_options, item_sizes, job_allocations
+from schedlab.formulations.options import (
+    OptionColumns,
+    OptionSet,
+    enumerate_options,
+    item_sizes,
+    job_allocations,
+    pinned_stays,
+)
 from schedlab.formulations.packing import NodeState
 from schedlab.milp import MilpArrays, OneModel, Rows, stack_rows
 from schedlab.state import JobAllocation, RoundInput
@@ -167,7 +179,8 @@ def build_arrays(opts: OptionSet) -> MilpArrays:
     coef, offset = _objective_coefficients(opts)
     c = np.zeros(num_cols)
     c[:n] = coef
-    col_hi = np.ones(num_cols)
+    col_lo, col_hi = np.zeros(num_cols), np.ones(num_cols)
+    col_lo[pinned_stays(opts)] = 1.0  # (pin)
     for (k, d), i in w_index.items():
         col_hi[i] = opts.groups[st.node_group[k]].gpus_per_node // d
     integer = np.ones(num_cols, dtype=bool)
@@ -178,7 +191,7 @@ def build_arrays(opts: OptionSet) -> MilpArrays:
     A, row_lo, row_hi = stack_rows([one, level, slots, minspd], num_cols)
     return MilpArrays(
         c=c, offset=offset, A=A, row_lo=row_lo, row_hi=row_hi,
-        col_lo=np.zeros(num_cols), col_hi=col_hi, integer=integer,
+        col_lo=col_lo, col_hi=col_hi, integer=integer,
         start=start_point(opts, st), choice=np.concatenate([opts.job, np.full(num_cols - n, -1)]),
     )
 
@@ -265,6 +278,8 @@ def build_pyomo(opts: OptionSet) -> pyo.ConcreteModel:
     m.x = pyo.Var(m.C, domain=pyo.Binary)
     m.w = pyo.Var(m.K2L, domain=pyo.NonNegativeIntegers)
     x = [m.x[c] for c in labels]  # x_c by column
+    for c in pinned_stays(opts).tolist():  # (pin)
+        x[c].setlb(1)
     node_index = {n: k for k, n in enumerate(node_id)}
 
     options_of = {job_id[j]: np.flatnonzero(opts.job == j).tolist() for j in sorted(set(opts.job.tolist()))}

@@ -107,9 +107,14 @@ $$
 &\text{(rack)}   && \sum_{e \in E_\mu:\ n \in N_e} q_{en} = \sum_{c = \mathit{multi}(\mu, n)} x_c
                  && \mu \in M,\ n \ge 2 \\
 &\text{(minspd)} && t \le \sum_{c \in C_j} s'_c \, x_c
-                 && j \in J \text{ (max-min)}
+                 && j \in J \text{ (max-min)} \\
+&\text{(pin)}    && x_c = 1
+                 && c \text{ the stay option of a pinned job}
 \end{aligned}
 $$
+
+(pin) holds a pinned job on its current GPUs: its stay is its only option
+(options.pinned_stays), a column bound rather than a row.
 
 **Why it is exact.** A single option is worth what its demand's size and tier give, and so is
 every slot serving that demand, so (demand) lets any job take any such slot: matching the chosen
@@ -164,7 +169,7 @@ from schedlab.formulations.joint_options import (
     enumerate_joint_options,
     vector_partitions,
 )
-from schedlab.formulations.options import job_allocations
+from schedlab.formulations.options import job_allocations, pinned_stays
 from schedlab.formulations.packing import NodeState
 from schedlab.milp import MilpArrays, OneModel, Rows, stack_rows
 from schedlab.state import GpuRef, JobAllocation, RoundInput
@@ -473,8 +478,10 @@ def build_arrays(opts: JointOptions, st: Structure) -> MilpArrays:
     choice[at.z: at.q] = [jobs + p for _, p in st.z_cols]
     choice[at.q: at.w] = [jobs + pools + e for e, _ in st.q_cols]
     choice[at.u: at.end] = [jobs + p for p, _, _ in st.u_cols]
+    col_lo = np.zeros(len(c))
+    col_lo[pinned_stays(opts)] = 1.0  # (pin)
     return MilpArrays(c=c, offset=float(opts.U0.sum()), A=A, row_lo=lo, row_hi=hi,
-                      col_lo=np.zeros(len(c)), col_hi=col_hi, integer=integer, start=start_point(opts, st),
+                      col_lo=col_lo, col_hi=col_hi, integer=integer, start=start_point(opts, st),
                       choice=choice)
 
 
@@ -625,6 +632,8 @@ def build_pyomo(opts: JointOptions) -> pyo.ConcreteModel:
         return 0, min(len(members) // k for members, k in zip(pool.slices, m_s) if k)
 
     m.x = pyo.Var(m.C, domain=pyo.Binary)
+    for c in pinned_stays(opts).tolist():  # (pin)
+        m.x[nm.options[c]].setlb(1)
     m.y = pyo.Var(m.Y, domain=pyo.NonNegativeIntegers, bounds=y_most)
     m.z = pyo.Var(m.Z, domain=pyo.NonNegativeIntegers, bounds=lambda m, e, g: (0, size[g]))
     m.q = pyo.Var(m.Q, domain=pyo.NonNegativeIntegers, bounds=lambda m, e, n: (0, nodes_of[e] // n))

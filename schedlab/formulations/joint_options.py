@@ -580,8 +580,9 @@ def enumerate_joint_options(ri: RoundInput, prune: bool = True) -> JointOptions:
     """Every job's options (C_j of joint.py's docstring), valued and pruned.
 
     A job gets the single and multi options of its class whose GPUs lie within its
-    [min_gpus, max_gpus] on GPU types it has a model for, and a running job whose GPUs are
-    within those limits a stay option. All are valued at their best batch together with the
+    [min_gpus, max_gpus] on GPU types it has a model for (fitted or projected), valued at its
+    batch limits on each type (JobSpec.batch_on), and a running job whose GPUs are within those
+    limits a stay option; a pinned job gets its stay option only. All are valued at their best batch together with the
     jobs' fair shares in one vectorized call; the speedup is the goodput over the fair share's
     (its best option's where the fair share has none), penalized by the restart factor when a
     running job moves. Options without goodput or penalized speedup are dropped.
@@ -609,7 +610,7 @@ def enumerate_joint_options(ri: RoundInput, prune: bool = True) -> JointOptions:
     stay_job, stay_gpus = [], {}
     for j, job in enumerate(jobs):
         T = templates[cl.classes.index(job.variability_class)]
-        ok = (T["gpus"] >= job.min_gpus) & (T["gpus"] <= job.max_gpus)
+        ok = (T["gpus"] >= job.min_gpus) & (T["gpus"] <= job.max_gpus) & (not job.pinned)  # a pinned job only stays
         if not types_ok[j].all():
             ok &= types_ok[j][T["type_code"]]
         parts.append({k: v[ok] for k, v in T.items()} | {"job": np.full(int(ok.sum()), j)})

@@ -12,15 +12,20 @@ a job may take
   < 1.5x);
 - for a running job, also its exact current GPUs (the "stay" option).
 
+A job takes groups of the GPU types it has throughput parameters for, fitted or projected from
+another type's by the round's speed ratios (state.Cluster.projections); a pinned job
+(JobSpec.pinned) has its stay option only, which the round model fixes (options.pinned_stays).
+
 Chain sizes make the counting constraints of the round model exact (see goodput.py): any set
 of chain-sized items whose per-level counts fit can be packed onto concrete nodes.
 
 **Value.** For option $c$ of job $j$ with best-batch goodput $g_{jc}$
-(models.efficiency.best_batch):
+(models.efficiency.best_batch, within the job's batch limits on the option's GPU type:
+JobSpec.batch_on):
 
 - speedup: $s_{jc} = g_{jc} / g_j(\text{fair share})$, fair share
   $= \lceil \text{total GPUs} / \text{jobs} \rceil$ GPUs, clipped to the job's [min, max], on
-  fewest nodes
+  fewest nodes of the largest group of a GPU type the job can use (fair_shapes)
 - restart: $s'_{jc} = s_{jc} \, f_j$ for a running job's non-stay options (it moves), where
   $f_j = \max(\mathit{age}_j - S \cdot \mathit{restarts}_j, 0) / (\mathit{age}_j + S)$
   (Pollux's factor)
@@ -33,6 +38,17 @@ $U0$ makes leaving a job out $\lambda$ times worse than its worst option; with S
 normalization (smallest option = 1) and $p < 0$ this is exactly Sia's $\lambda_n = 1.1$.
 Options whose goodput or penalized speedup is 0 are dropped (a job younger than
 $S \cdot \mathit{restarts}$ cannot move).
+
+**Normalization across GPU types.** The speedup is normalized per job: each job's goodput is
+divided by its own goodput at its own fair share, so every job is at 1 on its fair share
+whatever its model, its types and their speeds, and the p-mean weighs what each job gains over
+its own reference, never one job's absolute rate against another's. The reference lies on the
+largest group of a type the job can use (the first by type name among equals), not on its
+fastest, so on a faster type a job's speedup exceeds 1 by what that type gives it, and the
+p-mean puts on a fast type the jobs that gain most there (Sia's heterogeneity-aware goodput).
+Sia's own reference is each job's smallest option (its minimum goodput = 1): also per job, it
+weighs jobs against each other by another reference. On a round of one type the fair share is
+Pollux's.
 """
 
 from __future__ import annotations
@@ -48,6 +64,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from schedlab.errors import InputError
 from schedlab.models.efficiency import best_batch_shared
 from schedlab.models.freezing import scaled_params
 from schedlab.state import BatchLimits, Cluster, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, Settings, ThroughputParams
@@ -55,7 +72,7 @@ from schedlab.state import BatchLimits, Cluster, GpuRef, GradStats, JobAllocatio
 __all__ = ["NodeGroup", "OptionColumns", "OptionCounts", "OptionSet", "chain_levels", "dense_ids", "distinct_rows",
            "enumerate_options", "fair_shapes", "field_values", "group_shapes", "item_sizes", "job_allocations",
            "model_key", "model_table", "multi_node_counts", "placeable_gpus",
-           "node_groups", "option_best_batch", "option_goodput", "prune_dominated", "restart_cost_s",
+           "node_groups", "option_best_batch", "option_goodput", "pinned_stays", "prune_dominated", "restart_cost_s",
            "restart_factor", "stay_options", "unallocated_utilities", "utility"]
 
 
@@ -222,6 +239,38 @@ def stay_options(job: np.ndarray, is_stay: np.ndarray) -> dict[int, int]:
     return dict(zip(job[stays].tolist(), stays.tolist()))
 
 
+class _StayColumns(Protocol):
+    """An option set that knows each job's stay option (OptionSet, the joint model's options)."""
+
+    @property
+    def round_input(self) -> RoundInput:
+        """The round."""
+
+    def stay_option(self, j: int) -> int:
+        """Index of job j's stay option (KeyError: it has none)."""
+
+
+def pinned_stays(opts: _StayColumns) -> np.ndarray:
+    """(pin): the stay options of the pinned jobs, the columns fixed to 1 (a pinned job's only
+    option is its stay, and it is never left unallocated).
+
+    Raises InputError naming each pinned job whose stay is no option: its current GPUs give it
+    no goodput within its batch limits there, or staying would overspend its freezing budget.
+    """
+    jobs = opts.round_input.jobs
+    out, lost = [], []
+    for j, job in enumerate(jobs):
+        if job.pinned:
+            try:
+                out.append(opts.stay_option(j))
+            except KeyError:
+                lost.append(f"jobs[{j}].pinned: job {job.id!r} cannot run on the GPUs it holds (no goodput within its "
+                            "batch limits on them, or over its freezing budget); unpin it or change its limits")
+    if lost:
+        raise InputError(lost)
+    return np.array(out, dtype=int)
+
+
 def job_allocations(opts, picked: np.ndarray, gpus_of: dict[int, tuple[GpuRef, ...]]) -> tuple[JobAllocation, ...]:
     """Every job's allocation from its chosen option (picked) and that option's concrete GPUs;
     `opts` is an option set (OptionSet, or the joint model's options). A job given back its own
@@ -229,6 +278,8 @@ def job_allocations(opts, picked: np.ndarray, gpus_of: dict[int, tuple[GpuRef, .
     picked = np.asarray(picked, dtype=int)
     r, local, accum = (a[picked].tolist() for a in (opts.num_gpus, opts.local_bsz, opts.accum_steps))
     goodput, speedup = opts.goodput[picked].tolist(), opts.speedup[picked].tolist()
+    cluster = opts.round_input.cluster
+    nodes, node_index = cluster.nodes, cluster.node_index
     frozen = opts.frozen_groups[picked].tolist() if opts.frozen_groups is not None else [0] * len(picked)
     penalty = opts.freeze_penalty[picked].tolist() if opts.freeze_penalty is not None else [0.0] * len(picked)
     row_of = dict(zip(opts.job[picked].tolist(), range(len(picked))))
@@ -246,6 +297,7 @@ def job_allocations(opts, picked: np.ndarray, gpus_of: dict[int, tuple[GpuRef, .
             accum_steps=accum[i], goodput=goodput[i], speedup=speedup[i],
             restarted=given is not job.current_gpus and job.restarted_on(gpus),
             frozen_groups=frozen[i], freeze_penalty=penalty[i],
+            projected=bool(job.projected_types) and job.projected_on(nodes[node_index[gpus[0].node]].gpu_type),
         ))
     return tuple(out)
 
@@ -407,8 +459,8 @@ def _value_rows(rows: _Rows, jobs: tuple[JobSpec, ...], fixed_bsz: np.ndarray | 
 
 def model_key(job: JobSpec, gpu_type: str) -> tuple:
     """What a job's best batch on a GPU type depends on besides its gradient statistics and shape:
-    its throughput parameters there, its batch limits and its fixed batch."""
-    return field_values(job.throughput[gpu_type]), field_values(job.batch), job.fixed_bsz or 0
+    its throughput parameters there, its batch limits there (JobSpec.batch_on) and its fixed batch."""
+    return field_values(job.throughput[gpu_type]), field_values(job.batch_on(gpu_type)), job.fixed_bsz or 0
 
 
 def model_table(models: dict[tuple, int], part: int, cls: type) -> np.ndarray:
@@ -502,9 +554,10 @@ def _round_rows(round_input: RoundInput, groups: tuple[NodeGroup, ...]) -> tuple
     lo = np.array([job.min_gpus for job in jobs], dtype=int)
     hi = np.array([job.max_gpus for job in jobs], dtype=int)
     parts = []
+    movable = eligible & ~np.array([job.pinned for job in jobs], dtype=bool)[:, None]  # a pinned job only stays
     for g, grp in enumerate(groups):
         shape_nodes, shape_gpus = group_shapes(grp)
-        mine = np.flatnonzero(eligible[:, g])
+        mine = np.flatnonzero(movable[:, g])
         jj, ss = np.nonzero((shape_gpus >= lo[mine, None]) & (shape_gpus <= hi[mine, None]))
         parts.append(np.stack([mine[jj], np.full(len(jj), g), ss, shape_nodes[ss], shape_gpus[ss],
                                np.full(len(jj), types.index(grp.gpu_type))]))

@@ -45,6 +45,13 @@ def round_input_to_dict(ri: RoundInput) -> dict[str, Any]:
             d["freezing"] = _freezing_to_dict(job.freezing)
         if job.app_class is not None:
             d["app_class"] = job.app_class
+        if job.batch_by_type:
+            d["batch_by_type"] = {t: {"min_local_bsz": b.min_local_bsz, "max_local_bsz": b.max_local_bsz}
+                                  for t, b in job.batch_by_type.items()}
+        if job.pinned:
+            d["pinned"] = True
+        if job.projected_types:
+            d["projected_types"] = list(job.projected_types)
         jobs.append(d)
     settings = _fields(ri.settings)
     if ri.settings.max_min:
@@ -64,6 +71,8 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
             d["slowdown"] = {c: list(f) for c, f in n.slowdown.items()}
         nodes.append(d)
     out: dict[str, Any] = {"nodes": nodes}
+    if cluster.gpu_speed:
+        out["gpu_speed"] = dict(cluster.gpu_speed)
     t = cluster.topology
     if t is not None:
         out["topology"] = {"racks": [{"id": r.id, "nodes": list(r.nodes), "uplink_gbps": r.uplink_gbps} for r in t.racks],
@@ -105,10 +114,12 @@ def error_to_dict(exc: SchedlabError) -> dict[str, Any]:
 
 def round_result_from_dict(raw: Mapping[str, Any]) -> RoundResult:
     """A result as round_result_to_dict (or the service) writes it, back as a RoundResult
-    (null objective, bound or gap as NaN, NaN and infinity)."""
+    (null objective, bound or gap as NaN, NaN and infinity; an allocation without `projected`,
+    as written before it existed, not projected)."""
     allocations = tuple(JobAllocation(
         a["job_id"], tuple(GpuRef(g["node"], g["gpu"]) for g in a["gpus"]), a["total_bsz"], a["local_bsz"],
-        a["accum_steps"], a["goodput"], a["speedup"], a["restarted"], a["frozen_groups"], a["freeze_penalty"])
+        a["accum_steps"], a["goodput"], a["speedup"], a["restarted"], a["frozen_groups"], a["freeze_penalty"],
+        a.get("projected", False))
         for a in raw["allocations"])
     number = lambda key, missing: missing if raw[key] is None else raw[key]  # noqa: E731
     return RoundResult(allocations, Status(raw["status"]), raw["solver"], number("objective", math.nan),
@@ -125,7 +136,7 @@ def round_result_to_dict(res: RoundResult) -> dict[str, Any]:
             "job_id": a.job_id, "gpus": [_fields(g) for g in a.gpus], "num_gpus": a.num_gpus,
             "num_nodes": a.num_nodes, "total_bsz": a.total_bsz, "local_bsz": a.local_bsz,
             "accum_steps": a.accum_steps, "goodput": a.goodput, "speedup": a.speedup, "restarted": a.restarted,
-            "frozen_groups": a.frozen_groups, "freeze_penalty": a.freeze_penalty,
+            "frozen_groups": a.frozen_groups, "freeze_penalty": a.freeze_penalty, "projected": a.projected,
         })
     return {
         "status": res.status, "solver": res.solver, "objective": _nulls(res.objective),

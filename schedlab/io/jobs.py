@@ -139,6 +139,12 @@ def parse_job(ck: Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | None
             continue
         current.append(GpuRef(node, gpu))
     fixed = ck.field(raw, "job", "fixed_bsz", where, None)
+    pinned = ck.flag(raw, "pinned", where, False)
+    if pinned:
+        _check_pinned(ck, where, len(current), min_gpus, max_gpus)
+    projected = cluster.projections(throughput)
+    if projected:
+        throughput = throughput | projected
     return JobSpec(
         id=job_id, throughput=throughput, grad_stats=grad, batch=batch,
         min_gpus=min_gpus, max_gpus=max_gpus, current_gpus=tuple(current),
@@ -152,7 +158,65 @@ def parse_job(ck: Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | None
         remaining_steps=ck.field(raw, "job", "remaining_steps", where, None),
         freezing=_parse_freezing(ck, raw["freezing"], f"{where}.freezing", app) if "freezing" in raw else None,
         app_class=_parse_app_class(ck, raw.get("app_class"), f"{where}.app_class"),
+        batch_by_type=(_parse_batch_by_type(ck, raw["batch_by_type"], f"{where}.batch_by_type", batch, gpu_types)
+                       if raw.get("batch_by_type") else {}),
+        pinned=pinned,
+        projected_types=_parse_projected_types(ck, raw, where, throughput, projected),
     )
+
+
+def _check_pinned(ck: Checker, where: str, held: int, min_gpus: int, max_gpus: int) -> None:
+    """A pinned job keeps its GPUs: it must hold some, as many as its GPU limits allow."""
+    if not held:
+        ck.bad(f"{where}.pinned", "the job holds no GPUs (current_gpus is empty); a pinned job keeps the GPUs it "
+               "holds: give its current_gpus, or leave pinned out")
+    elif not min_gpus <= held <= max_gpus:
+        ck.bad(f"{where}.pinned", f"the job holds {held} GPUs, outside its [min_gpus, max_gpus] = [{min_gpus}, "
+               f"{max_gpus}], and a pinned job stays on them: widen its GPU limits")
+
+
+def _parse_batch_by_type(ck: Checker, raw: Any, where: str, batch: BatchLimits,
+                         gpu_types: frozenset[str]) -> dict[str, BatchLimits]:
+    """{GPU type: the job's batch limits there}: `batch` with the local bounds each entry gives."""
+    raw = ck.mapping(raw, where)
+    out = {}
+    for gpu_type, rb in raw.items():
+        if gpu_type not in gpu_types:
+            ck.bad(where, f"unknown GPU type {show(gpu_type)}; the cluster's nodes have {', '.join(sorted(gpu_types))}")
+            continue
+        w = f"{where}.{gpu_type}"
+        rb = ck.mapping(rb, w, "batch")
+        for key in ("init_bsz", "max_bsz"):  # the total batch does not depend on the GPU
+            given = ck.field(rb, "batch", key, w, None)
+            if given is not None and given != getattr(batch, key):
+                ck.bad(f"{w}.{key}", f"is {given}, not batch.{key} ({getattr(batch, key)}); only min_local_bsz and "
+                       "max_local_bsz vary by GPU type: leave it out")
+        limits = batch.with_local(ck.field(rb, "batch", "min_local_bsz", w, None),
+                                  ck.field(rb, "batch", "max_local_bsz", w, None))
+        if limits.min_local_bsz > limits.max_local_bsz:
+            ck.bad(w, f"min_local_bsz {limits.min_local_bsz} is above max_local_bsz {limits.max_local_bsz} on this "
+                   "GPU type; lower min_local_bsz or raise max_local_bsz")
+        elif limits.min_local_bsz > limits.max_bsz:
+            ck.bad(w, f"min_local_bsz {limits.min_local_bsz} is above max_bsz {limits.max_bsz}: no GPU count of "
+                   "this type can run it; lower min_local_bsz")
+        out[gpu_type] = limits
+    return out
+
+
+def _parse_projected_types(ck: Checker, raw: Mapping, where: str, throughput: Mapping[str, ThroughputParams],
+                           projected: Mapping[str, ThroughputParams]) -> tuple[str, ...]:
+    """The GPU types the job's parameters were projected for: those its `projected_types` names
+    (each one it has parameters for) and those projected now, sorted."""
+    if not projected and not raw.get("projected_types"):
+        return ()
+    named = set()
+    for k, gpu_type in enumerate(ck.sequence(raw, "projected_types", where)):
+        if not isinstance(gpu_type, str) or gpu_type not in throughput:
+            ck.bad(f"{where}.projected_types[{k}]", f"{show(gpu_type)} is not a GPU type the job has throughput_params for "
+                   f"({', '.join(sorted(throughput)) or 'none'})")
+            continue
+        named.add(gpu_type)
+    return tuple(sorted(named | set(projected)))
 
 
 def _parse_app_class(ck: Checker, raw: Any, where: str) -> str | None:

@@ -26,6 +26,7 @@ from schedlab.io.schema import (
     OPTION_NUMBER,
     OPTION_TEXT,
     OPTIONS_SPEC,
+    SCHEMA,
 )
 from schedlab.state import Cluster, JobSpec, Node, Rack, RoundInput, Settings, Topology
 
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["load_json", "parse_round_input"]
 
 _MAX_MIN = ("-inf", "max-min")
+_MAX_SPEED = SCHEMA["properties"]["cluster"]["properties"]["gpu_speed"]["additionalProperties"]["maximum"]
 _ROUND_S_FIX = f"give the round's length in seconds, e.g. {RoundInput.round_s:g}"
 
 
@@ -253,7 +255,24 @@ def _parse_cluster(ck: Checker, raw: Any) -> Cluster:
     if not nodes and not ck.problems:
         ck.bad("cluster.nodes", "must list at least one node, e.g. [{\"id\": \"n0\", \"gpus\": 4}]")
     topology = _parse_topology(ck, raw["topology"], [n.id for n in nodes]) if "topology" in raw else None
-    return Cluster(tuple(nodes), topology)
+    gpu_speed = _parse_gpu_speed(ck, raw.get("gpu_speed", {}))
+    return Cluster(tuple(nodes), topology, gpu_speed)
+
+
+def _parse_gpu_speed(ck: Checker, raw: Any) -> dict[str, float]:
+    """{GPU type: relative speed}, each positive; a type the cluster's nodes lack is allowed (a
+    speed table shared by clusters), a job fitted on it projecting from it."""
+    where = "cluster.gpu_speed"
+    raw = ck.mapping(raw, where)
+    out = {}
+    for gpu_type, speed in raw.items():
+        if not isinstance(gpu_type, str):
+            ck.bad(where, f"GPU type {show(gpu_type)} must be a string")
+            continue
+        value = ck.number({gpu_type: speed}, gpu_type, where, positive=True, maximum=_MAX_SPEED)
+        if value is not None:
+            out[gpu_type] = value
+    return out
 
 
 def _parse_settings(ck: Checker, raw: Any) -> Settings:

@@ -16,6 +16,7 @@ from schedlab.errors import ConfigError
 from schedlab.policies.base import Policy
 from schedlab.policies.baselines import FifoPolicy, OptimusPolicy, TiresiasPolicy
 from schedlab.policies.compose import SEPARATOR, Composition
+from schedlab.policies.gavel import GavelFtfPolicy, GavelLasAgnosticPolicy, GavelLasPolicy, GavelMakespanPolicy
 from schedlab.policies.goodput import IceFrogPolicy, JointPolicy, PolluxPolicy, SiaPolicy, StaticFreezePolicy
 from schedlab.policies.ones import OnesPolicy
 from schedlab.policies.placement import (
@@ -31,7 +32,8 @@ from schedlab.policies.placement import (
 
 ALLOCATORS: dict[str, Callable[[], Policy]] = {
     cls.name: cls for cls in (PolluxPolicy, SiaPolicy, JointPolicy, IceFrogPolicy, StaticFreezePolicy, TiresiasPolicy,
-                              OptimusPolicy, FifoPolicy, OnesPolicy)
+                              OptimusPolicy, FifoPolicy, OnesPolicy, GavelLasPolicy, GavelLasAgnosticPolicy,
+                              GavelMakespanPolicy, GavelFtfPolicy)
 }
 PLACERS: dict[str, Callable[[], PlacementPolicy]] = {
     cls.name: cls for cls in (PalPolicy, PmFirstPolicy, PackedStickyPolicy, PackedNonstickyPolicy,
