@@ -14,6 +14,7 @@ trace["kind"]) to its spec; `trace_spec(cell["trace"])` builds one.
     synthetic     SyntheticTrace(jobs, jobs_per_hour)   Poisson arrivals (traces.synthetic_workload)
     philly        PhillySample(jobs)                    sampled from the Philly trace as Pollux's generator
     philly_trace  PhillyTrace(start_day, days)          the Philly trace at its real timestamps
+    gavel         GavelTrace(name)                      a Gavel trace: rigid jobs of its steps (sim.gavel)
 
 FrameTrace(frame) holds a Pollux-format DataFrame; as_trace_spec turns what a user hands
 schedlab.replay (a spec, a name or path, a DataFrame) into a spec.
@@ -38,6 +39,8 @@ from schedlab.errors import ConfigError
 from schedlab.sim.jobs import TraceJob
 from schedlab.sim.world import ReplayConfig
 from schedlab.traces import (
+    gavel_jobs,
+    load_gavel_trace,
     load_sia_philly,
     load_workload,
     philly_trace_workload,
@@ -49,7 +52,8 @@ from schedlab.traces import (
     workload_from_sia_philly,
 )
 
-__all__ = ["TRACE_KINDS", "FrameTrace", "PhillySample", "PhillyTrace", "SiaPhillyTrace", "SyntheticTrace", "TraceSpec",
+__all__ = ["TRACE_KINDS", "FrameTrace", "GavelTrace", "PhillySample", "PhillyTrace", "SiaPhillyTrace", "SyntheticTrace",
+           "TraceSpec",
            "WorkloadTrace", "as_trace_spec", "spec_fields", "trace_spec"]
 
 
@@ -152,6 +156,27 @@ class SiaPhillyTrace(_NamedTrace):
 
 
 @dataclass(frozen=True)
+class GavelTrace(_NamedTrace):
+    """A Gavel trace: a shipped name (an msr trace of seed 0, e.g. 0e4a51) or a path."""
+
+    kind: ClassVar[str] = "gavel"
+
+    @property
+    def label(self) -> str:
+        """gavel/ and the trace file's name without .trace."""
+        return f"gavel/{Path(self.name).stem}"
+
+    def workload(self, rng: np.random.Generator) -> pd.DataFrame:
+        """Its jobs in Pollux's columns and their steps (traces.load_gavel_trace)."""
+        return load_gavel_trace(self.name)
+
+    def replay_jobs(self, config: ReplayConfig, rng: np.random.Generator, max_jobs: int | None = None,
+                    load: float = 1.0) -> tuple[TraceJob, ...]:
+        """Rigid jobs of their steps (traces.gavel_jobs)."""
+        return gavel_jobs(_first_jobs_at_load(self.workload(rng), "time", max_jobs, load))
+
+
+@dataclass(frozen=True)
 class SyntheticTrace(TraceSpec):
     """`jobs` Poisson arrivals at `jobs_per_hour`, applications drawn with weights `mix`
     (default: the shipped workloads' mix)."""
@@ -236,7 +261,7 @@ class FrameTrace(TraceSpec):
 
 
 TRACE_KINDS: dict[str, type[TraceSpec]] = {
-    cls.kind: cls for cls in (WorkloadTrace, SiaPhillyTrace, SyntheticTrace, PhillySample, PhillyTrace)
+    cls.kind: cls for cls in (WorkloadTrace, SiaPhillyTrace, SyntheticTrace, PhillySample, PhillyTrace, GavelTrace)
 }
 
 

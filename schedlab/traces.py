@@ -20,6 +20,11 @@ A workload is a DataFrame with one row per job and the Pollux artifact's columns
   (MODEL_CLASS); a Pollux application stands in for its scaling and batch limits (MODEL_APP, ours:
   ResNet-50 and VGG-19 ImageNet, the transformers BERT, DCGAN and PointNet the small CIFAR-10 net).
 - `synthetic_workload`: Poisson arrivals at a given rate and a given application mix.
+- Gavel's traces (stanford-futuredata/gavel, scheduler/traces/, MIT; the msr ones of seed 0
+  whose jobs ask for at most 8 GPUs shipped, data/gavel/SOURCE.md): `load_gavel_trace` reads
+  one (its lines tab-separated, in either of Gavel's layouts, GAVEL_TRACE_LAYOUTS), checking
+  every field, and the job type and scale factor against Gavel's table (models.gavel), into
+  Pollux's columns plus `steps`; `gavel_jobs` makes them rigid jobs of that many steps (sim.gavel).
 All randomness comes from the numpy Generator passed in.
 """
 
@@ -32,14 +37,15 @@ import numpy as np
 import pandas as pd
 
 from schedlab.errors import ConfigError
+from schedlab.models.gavel import gavel_dir, gavel_table, per_gpu_batch, steps_per_s
 from schedlab.models.profiles import APPLICATIONS, data_dir
 from schedlab.sim.jobs import TraceJob
 from schedlab.sim.truth import application_truth
 
-__all__ = ["DEFAULT_MIX", "ITERATION_S", "MODEL_APP", "MODEL_CLASS", "WORKLOAD_COLUMNS", "WORKS", "load_philly",
-           "load_sia_philly", "load_workload", "philly_trace_workload", "philly_workload", "shipped_sia_philly",
-           "shipped_workloads", "sia_philly_jobs", "synthetic_workload", "trace_jobs", "validate_workload", "work_s",
-           "workload_from_sia_philly"]
+__all__ = ["DEFAULT_MIX", "GAVEL_TRACE_LAYOUTS", "ITERATION_S", "MODEL_APP", "MODEL_CLASS", "WORKLOAD_COLUMNS", "WORKS",
+           "gavel_jobs", "load_gavel_trace", "load_philly", "load_sia_philly", "load_workload", "philly_trace_workload",
+           "philly_workload", "shipped_gavel_traces", "shipped_sia_philly", "shipped_workloads", "sia_philly_jobs",
+           "synthetic_workload", "trace_jobs", "validate_workload", "work_s", "workload_from_sia_philly"]
 
 WORKLOAD_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 SIA_PHILLY_COLUMNS = ("job_id", "num_gpus", "submit_time", "duration", "model")
@@ -114,7 +120,7 @@ def trace_jobs(workload: pd.DataFrame) -> tuple[TraceJob, ...]:
     >>> trace_jobs(pd.DataFrame({"name": ["a"], "time": [30.0], "application": ["cifar10"],
     ...                          "num_replicas": [2], "batch_size": [256]}))
     (TraceJob(name='a', application='cifar10', submit_s=30.0, num_replicas=2, batch_size=256, work_s=None,
-              app_class=None),)
+              app_class=None, steps=None),)
     """
     return tuple(TraceJob(str(r.name), str(r.application), float(r.time), int(r.num_replicas), int(r.batch_size))
                  for r in workload.itertuples())
@@ -260,3 +266,87 @@ def synthetic_workload(num_jobs: int, jobs_per_hour: float, rng: np.random.Gener
 
 # Fraction of each application over the 8 shipped Pollux workloads (1,280 jobs).
 DEFAULT_MIX = {"bert": 86, "cifar10": 495, "deepspeech2": 111, "imagenet": 26, "ncf": 503, "yolov3": 59}
+
+
+# The fields of one line of a Gavel trace, by their count: the msr traces' layout (Gavel's
+# parse_trace until 2019) and today's (its utils.parse_trace); the fields schedlab reads are
+# job_type, total_steps, arrival_time and scale_factor.
+GAVEL_TRACE_LAYOUTS: dict[int, tuple[str, ...]] = {
+    7: ("job_type", "command", "num_steps_arg", "needs_data_dir", "total_steps", "arrival_time", "scale_factor"),
+    10: ("job_type", "command", "working_directory", "num_steps_arg", "needs_data_dir", "total_steps", "scale_factor",
+         "priority_weight", "SLO", "arrival_time"),
+}
+
+
+def shipped_gavel_traces() -> dict[str, Path]:
+    """Gavel's shipped msr traces of seed 0: name (the file's stem, e.g. 0e4a51) -> path."""
+    return {p.stem: p for p in sorted((gavel_dir() / "traces" / "msr" / "seed=0").glob("*.trace"))}
+
+
+def _gavel_number(value: str, kind: type, low: float, where: str, field: str) -> float:
+    """A field's number, of `kind` and >= low, or a ConfigError naming the line and field."""
+    try:
+        number = kind(value)
+    except ValueError:
+        raise ConfigError(f"{where}: field {field} {value!r} is not a{'n integer' if kind is int else ' number'}") from None
+    if not number >= low:
+        raise ConfigError(f"{where}: field {field} {value!r} must be >= {low:g}")
+    return number
+
+
+def _gavel_row(line: str, where: str) -> tuple[str, float, int, float]:
+    """(job type, arrival s, scale factor, total steps) of one trace line, every field checked."""
+    values = line.rstrip("\r\n").split("\t")
+    layout = GAVEL_TRACE_LAYOUTS.get(len(values))
+    if layout is None:
+        raise ConfigError(f"{where}: {len(values)} tab-separated fields; a Gavel trace line has "
+                          f"{' or '.join(map(str, GAVEL_TRACE_LAYOUTS))} ({', '.join(GAVEL_TRACE_LAYOUTS[7])})")
+    fields = dict(zip(layout, values))
+    steps = _gavel_number(fields["total_steps"], int, 1, where, "total_steps")
+    arrival_s = _gavel_number(fields["arrival_time"], float, 0.0, where, "arrival_time")
+    scale_factor = int(_gavel_number(fields["scale_factor"], int, 1, where, "scale_factor"))
+    job_type, table = fields["job_type"], gavel_table()
+    if job_type not in table.job_types:
+        raise ConfigError(f"{where}: field job_type {job_type!r} is not in Gavel's throughput table; use one of "
+                          f"{', '.join(table.job_types)}")
+    if not any(steps_per_s(job_type, scale_factor, t, True) for t in table.gpu_types):
+        raise ConfigError(f"{where}: field scale_factor {scale_factor}: {job_type!r} runs on no GPU type at that many GPUs")
+    return job_type, arrival_s, scale_factor, steps
+
+
+def load_gavel_trace(path_or_name: str | Path) -> pd.DataFrame:
+    """A Gavel trace (module docstring), path or shipped name, as a frame of Pollux's columns
+    (name: the job's line number from 0, as Gavel numbers its jobs; time; application: the job
+    type; num_replicas: its scale factor; batch_size: its total batch) and `steps`, sorted by
+    arrival (stable). Every line is checked, against Gavel's table too (a job type it has, at a
+    scale factor that runs: models.gavel.steps_per_s); an error names the line and the field."""
+    path = Path(shipped_gavel_traces().get(str(path_or_name), path_or_name))
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        raise ConfigError(f"Gavel trace {str(path_or_name)!r} does not exist; give a path or a shipped name "
+                          f"({', '.join(shipped_gavel_traces())})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a text file ({exc})") from None
+    rows: list[tuple[str, float, str, int, int, float]] = []
+    for k, line in enumerate(lines):
+        if line.strip():
+            job_type, arrival_s, scale_factor, steps = _gavel_row(line, f"{path}, line {k + 1}")
+            rows.append((str(len(rows)), arrival_s, job_type, scale_factor, scale_factor * per_gpu_batch(job_type), steps))
+    if not rows:
+        raise ConfigError(f"{path}: no jobs")
+    frame = pd.DataFrame(rows, columns=[*WORKLOAD_COLUMNS, "steps"])
+    return frame.sort_values("time", kind="stable").reset_index(drop=True)
+
+
+def gavel_jobs(trace: pd.DataFrame) -> tuple[TraceJob, ...]:
+    """A Gavel trace's rows (load_gavel_trace) as rigid jobs of its steps, in its order.
+
+    Examples
+    --------
+    >>> gavel_jobs(load_gavel_trace("795a4c"))[0]
+    TraceJob(name='0', application='Transformer (batch size 128)', submit_s=0.0, num_replicas=1, batch_size=128,
+             work_s=None, app_class=None, steps=79561.0)
+    """
+    return tuple(TraceJob(str(r.name), str(r.application), float(r.time), int(r.num_replicas), int(r.batch_size),
+                          steps=float(r.steps)) for r in trace.itertuples())

@@ -14,10 +14,12 @@ __all__ = ["compare_arguments", "record_arguments", "replay_arguments", "report_
 
 
 def replay_arguments(parser: argparse.ArgumentParser) -> None:
-    """The trace (one of three), the world and its overrides, the policy, the outputs."""
+    """The trace (one of four), the world and its overrides, the policy, the outputs."""
     trace = parser.add_mutually_exclusive_group(required=True)
     trace.add_argument("--workload", help="Pollux-format CSV, or a shipped name (workload-1..8)")
     trace.add_argument("--sia-philly", help="a Sia-Philly trace (CSV, or a shipped name workload-1..8)")
+    trace.add_argument("--gavel-trace", metavar="PATH",
+                       help="a Gavel trace (.trace file, or a shipped msr name such as 0e4a51); with --world gavel")
     trace.add_argument("--trace", choices=["philly"],
                        help="the shipped Philly trace at its real timestamps (82,247 jobs over 109 days)")
     parser.add_argument("--start-day", type=number(float, 0.0), default=0.0, help="with --trace: the window's first day")
@@ -25,7 +27,8 @@ def replay_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --trace: the window's length (default: to the end)")
     parser.add_argument("--world", default="pollux",
                         help="the simulated world (sim.world.WORLDS): pollux (the Pollux artifact's), pal (PAL's "
-                             "simulator), variability (pollux on PAL's measured GPUs and 4 racks)")
+                             "simulator), variability (pollux on PAL's measured GPUs and 4 racks), gavel (Gavel's "
+                             "simulator: 36 V100 + 36 P100 + 36 K80)")
     parser.add_argument("--policy", required=True,
                         help="a policy of the registry, e.g. pollux, icefrog, tiresias, ones (an unknown name lists all)")
     parser.add_argument("--nodes", type=COUNT, default=None, help="default: the world's (16)")
@@ -93,10 +96,10 @@ def _pools(args: argparse.Namespace) -> Any:
 
 def _trace_spec(args: argparse.Namespace) -> Any:
     """The trace the replay flags name (one of them is set: argparse's exclusive group)."""
-    from schedlab.trace_specs import PhillyTrace, SiaPhillyTrace, WorkloadTrace
+    from schedlab.trace_specs import GavelTrace, PhillyTrace, SiaPhillyTrace, WorkloadTrace
 
     flags = {"workload": lambda: WorkloadTrace(args.workload), "sia_philly": lambda: SiaPhillyTrace(args.sia_philly),
-             "trace": lambda: PhillyTrace(args.start_day, args.days)}
+             "trace": lambda: PhillyTrace(args.start_day, args.days), "gavel_trace": lambda: GavelTrace(args.gavel_trace)}
     return next(spec() for flag, spec in flags.items() if getattr(args, flag))
 
 

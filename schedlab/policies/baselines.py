@@ -15,6 +15,8 @@ optimus   Optimus (Peng et al., EuroSys'18) with the artifact's oracle: every jo
           to its max_gpus (a replay sets fixed_bsz / min_local_bsz, as the artifact does).
 fifo      Static requests, first come first served, no preemption and no backfilling: the
           oldest waiting job starts as soon as its requested GPUs are free.
+On a cluster of several GPU types they stay type-blind: a job's GPUs are of one type it has a
+model for (as every job's must be), the one with the most free GPUs (ties: cluster order).
 """
 
 from __future__ import annotations
@@ -29,23 +31,34 @@ from schedlab.formulations.packing import NodeState
 from schedlab.models.efficiency import goodput, split_fixed_batch, submitted_split
 from schedlab.models.throughput import step_time_s
 from schedlab.policies.base import HEURISTIC
-from schedlab.state import BatchLimits, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, RoundResult, ThroughputParams
+from schedlab.state import (
+    BatchLimits,
+    Cluster,
+    GpuRef,
+    GradStats,
+    JobAllocation,
+    JobSpec,
+    RoundInput,
+    RoundResult,
+    ThroughputParams,
+)
 from schedlab.verify import verify
 
 __all__ = ["FifoPolicy", "OptimusPolicy", "TiresiasPolicy"]
 
 
-def _params(job: JobSpec) -> ThroughputParams:
-    """The job's throughput model (these baselines run one GPU type)."""
-    return next(iter(job.throughput.values()))
+def _params(job: JobSpec, gpu_type: str | None = None) -> ThroughputParams:
+    """The job's throughput model on `gpu_type` (default: its first type's)."""
+    return job.throughput[gpu_type] if gpu_type is not None else next(iter(job.throughput.values()))
 
 
-def fixed_allocation(job: JobSpec, gpus: tuple[GpuRef, ...]) -> JobAllocation:
-    """The allocation of a job training at its submitted batch on `gpus`."""
+def fixed_allocation(job: JobSpec, gpus: tuple[GpuRef, ...], gpu_type: str | None = None) -> JobAllocation:
+    """The allocation of a job training at its submitted batch on `gpus` (of `gpu_type`)."""
     if not gpus:
         return JobAllocation(job.id)
     r = len(gpus)
-    micro, accum, value = _fixed_run(_params(job), job.grad_stats, job.batch, job.submitted_bsz, len({g.node for g in gpus}), r)
+    micro, accum, value = _fixed_run(_params(job, gpu_type), job.grad_stats, job.batch, job.submitted_bsz,
+                                     len({g.node for g in gpus}), r)
     return JobAllocation(job.id, gpus, r * micro * (accum + 1), micro, accum, value, 0.0, job.restarted_on(gpus))
 
 
@@ -72,23 +85,60 @@ def arrival_order(jobs: tuple[JobSpec, ...]) -> list[JobSpec]:
 
 def _result(round_input: RoundInput, name: str, gpus: dict[str, tuple[GpuRef, ...]], t0: float) -> RoundResult:
     """The verified RoundResult of jobs on `gpus` at their submitted batches (status heuristic)."""
-    allocations = tuple(fixed_allocation(j, gpus.get(j.id, ())) for j in round_input.jobs)
+    held = {j.id: gpus.get(j.id, ()) for j in round_input.jobs}
+    allocations = tuple(fixed_allocation(j, held[j.id], _gpu_type(round_input.cluster, held[j.id]) if held[j.id] else None)
+                        for j in round_input.jobs)
     verify(round_input, allocations)
     return RoundResult(allocations, HEURISTIC, name, math.nan, math.nan, math.nan, 0.0,
                        time.perf_counter() - t0, True)
 
 
-def _place(round_input: RoundInput, counts: dict[str, int], order: list[JobSpec]) -> dict[str, tuple[GpuRef, ...]]:
-    """Keep the GPUs of jobs whose count is unchanged; place the others in `order`."""
+def _gpu_type(cluster: Cluster, gpus: tuple[GpuRef, ...]) -> str:
+    """The GPU type of a job's GPUs (it holds some)."""
+    return cluster.nodes[cluster.node_index[gpus[0].node]].gpu_type
+
+
+class _FreeByType:
+    """Free GPUs per GPU type, for baselines that count GPUs without looking at their type."""
+
+    def __init__(self, cluster: Cluster):
+        self.left: dict[str, int] = {}  # in cluster order
+        for node in cluster.nodes:
+            self.left[node.gpu_type] = self.left.get(node.gpu_type, 0) + node.gpus
+
+    def fit(self, job: JobSpec, count: int, cluster: Cluster) -> str | None:
+        """The type of the job's GPUs if it holds some and `count` fit there (it stays), else the
+        type it has a model for with the most free GPUs, at least `count` (ties: cluster order);
+        None if none has that many."""
+        if job.current_gpus and self.left[current := _gpu_type(cluster, job.current_gpus)] >= count:
+            return current
+        fits = [t for t, left in self.left.items() if left >= count and t in job.throughput]
+        return max(fits, key=self.left.__getitem__) if fits else None
+
+    def take(self, gpu_type: str, count: int) -> None:
+        """Count `count` GPUs of `gpu_type` taken."""
+        self.left[gpu_type] -= count
+
+
+def _place(round_input: RoundInput, counts: dict[str, int], types: dict[str, str],
+           order: list[JobSpec]) -> dict[str, tuple[GpuRef, ...]]:
+    """Keep the GPUs of jobs whose count and type are unchanged; place the others in `order`,
+    each on the nodes of its type."""
+    cluster = round_input.cluster
     kept = {j.id: j.current_gpus for j in round_input.jobs
-            if j.current_gpus and len(j.current_gpus) == counts.get(j.id, 0)}
-    free = NodeState(round_input.cluster)
+            if j.current_gpus and len(j.current_gpus) == counts.get(j.id, 0)
+            and _gpu_type(cluster, j.current_gpus) == types[j.id]}
+    free = NodeState(cluster)
     for gpus in kept.values():
         free.take_exact(gpus)
+    nodes_of: dict[str, tuple[int, ...]] = {}
+    for k, node in enumerate(cluster.nodes):
+        nodes_of[node.gpu_type] = (*nodes_of.get(node.gpu_type, ()), k)
+    one_type = len(nodes_of) == 1  # all nodes: the group take_most_free knows already
     out = dict(kept)
     for job in order:
         if counts.get(job.id, 0) and job.id not in out:
-            out[job.id] = free.take_most_free(counts[job.id])
+            out[job.id] = free.take_most_free(counts[job.id], None if one_type else nodes_of[types[job.id]])
     return out
 
 
@@ -121,12 +171,13 @@ class TiresiasPolicy:
                 self._demoted[job.id] = len(self._demoted)
         queue0 = [j for j in jobs if j.id not in self._demoted]
         queue1 = sorted((j for j in jobs if j.id in self._demoted), key=lambda j: self._demoted[j.id])
-        left, counts = round_input.cluster.total_gpus, {}
+        free, counts, types = _FreeByType(round_input.cluster), {}, {}
         for job in queue0 + queue1:
-            if job.gang_gpus <= left:
-                counts[job.id] = job.gang_gpus
-                left -= counts[job.id]
-        return _result(round_input, self.name, _place(round_input, counts, queue0 + queue1), t0)
+            gpu_type = free.fit(job, job.gang_gpus, round_input.cluster)
+            if gpu_type is not None:
+                counts[job.id], types[job.id] = job.gang_gpus, gpu_type
+                free.take(gpu_type, job.gang_gpus)
+        return _result(round_input, self.name, _place(round_input, counts, types, queue0 + queue1), t0)
 
 
 @dataclass
@@ -138,36 +189,41 @@ class OptimusPolicy:
     throughput_model: ClassVar[str] = "oracle"
 
     @staticmethod
-    def predicted_step_s(job: JobSpec, num_replicas: int, gpus_per_node: int) -> float:
-        """Seconds per step at the submitted batch on `num_replicas` GPUs over the fewest nodes."""
-        return _packed_step_s(_params(job), job.batch, job.submitted_bsz, num_replicas, gpus_per_node)
+    def predicted_step_s(job: JobSpec, num_replicas: int, gpus_per_node: int, gpu_type: str | None = None) -> float:
+        """Seconds per step at the submitted batch on `num_replicas` GPUs (of `gpu_type`) over the fewest nodes."""
+        return _packed_step_s(_params(job, gpu_type), job.batch, job.submitted_bsz, num_replicas, gpus_per_node)
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
-        """One GPU per job while they last, then each GPU to the largest drop in remaining time."""
+        """Its fewest GPUs (one, unless min_gpus says more) per job while they last, then each GPU
+        to the largest drop in remaining time."""
         t0 = time.perf_counter()
         gpus_per_node = max(n.gpus for n in round_input.cluster.nodes)
-        left = round_input.cluster.total_gpus
-        counts: dict[str, int] = {}
+        free, counts, types = _FreeByType(round_input.cluster), {}, {}
         for job in round_input.jobs:
-            if left >= 1:
-                counts[job.id], left = 1, left - 1
+            gpu_type = free.fit(job, job.min_gpus, round_input.cluster)
+            if gpu_type is not None:
+                counts[job.id], types[job.id] = job.min_gpus, gpu_type
+                free.take(gpu_type, job.min_gpus)
 
         def marginal_gain(job: JobSpec) -> float:
-            r = counts[job.id]
-            if r + 1 > job.max_gpus:
+            r, gpu_type = counts[job.id], types[job.id]
+            if r + 1 > job.max_gpus or free.left[gpu_type] < 1:
                 return 0.0
-            saved = self.predicted_step_s(job, r, gpus_per_node) - self.predicted_step_s(job, r + 1, gpus_per_node)
+            saved = (self.predicted_step_s(job, r, gpus_per_node, gpu_type)
+                     - self.predicted_step_s(job, r + 1, gpus_per_node, gpu_type))
             return saved * (job.remaining_steps or 1.0)
 
         by_id = {j.id: j for j in round_input.jobs}
         gains = {k: marginal_gain(by_id[k]) for k in counts}
-        while left > 0 and gains and max(gains.values()) > 0:
+        while gains and max(gains.values()) > 0:
             best = max(gains, key=gains.__getitem__)
             counts[best] += 1
-            left -= 1
+            free.take(types[best], 1)
             gains[best] = marginal_gain(by_id[best])
+            if not free.left[types[best]]:  # that type is full: no job on it gains from one more GPU
+                gains |= {k: 0.0 for k in gains if types[k] == types[best]}
         order = sorted(round_input.jobs, key=lambda j: counts.get(j.id, 0))
-        return _result(round_input, self.name, _place(round_input, counts, order), t0)
+        return _result(round_input, self.name, _place(round_input, counts, types, order), t0)
 
 
 @dataclass
@@ -183,14 +239,18 @@ class FifoPolicy:
         t0 = time.perf_counter()
         # a running job stays on its GPUs, unless its batch cannot run on that many (a round
         # handed over from another policy): then it queues again at its requested count
-        counts = {j.id: len(j.current_gpus) for j in round_input.jobs
-                  if j.current_gpus and _runs_its_batch_on(j, len(j.current_gpus))}
-        left = round_input.cluster.total_gpus - sum(counts.values())
+        cluster, free = round_input.cluster, _FreeByType(round_input.cluster)
+        counts, types = {}, {}
+        for job in round_input.jobs:
+            if job.current_gpus and _runs_its_batch_on(job, len(job.current_gpus)):
+                counts[job.id], types[job.id] = len(job.current_gpus), _gpu_type(cluster, job.current_gpus)
+                free.take(types[job.id], counts[job.id])
         for job in arrival_order(round_input.jobs):
             if job.id in counts:
                 continue
-            if job.gang_gpus > left:
+            gpu_type = free.fit(job, job.gang_gpus, round_input.cluster)
+            if gpu_type is None:
                 break
-            counts[job.id] = job.gang_gpus
-            left -= counts[job.id]
-        return _result(round_input, self.name, _place(round_input, counts, arrival_order(round_input.jobs)), t0)
+            counts[job.id], types[job.id] = job.gang_gpus, gpu_type
+            free.take(gpu_type, job.gang_gpus)
+        return _result(round_input, self.name, _place(round_input, counts, types, arrival_order(round_input.jobs)), t0)

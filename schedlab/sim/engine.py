@@ -51,8 +51,7 @@ from schedlab.policies.base import Policy
 from schedlab.sim.jobs import Freezing, JobAgent, JobState, StepScale, TraceJob, reallocate
 from schedlab.sim.kinds import JobRun, job_kind
 from schedlab.sim.metrics import summarize
-from schedlab.sim.truth import application_truth, calibrated_truth
-from schedlab.sim.view import BatchMode, TypeView, batch_mode, gpu_type_view, job_spec
+from schedlab.sim.view import BatchMode, TypeView, batch_mode, gpu_type_view
 from schedlab.sim.world import WORLDS, ReplayConfig, World
 from schedlab.state import GpuRef, JobSpec, RoundInput, variability_class
 from schedlab.verify import verify
@@ -108,9 +107,8 @@ def _job_runs(jobs: tuple[TraceJob, ...], mode: BatchMode, config: ReplayConfig,
     runs = {}
     for job in jobs:
         kind = job_kind(job)
-        kind.check_fits(job, config.total_gpus)
-        truth = (calibrated_truth(job.application, calibrated[job.application]) if job.application in calibrated
-                 else application_truth(job.application))
+        kind.check_fits(job, config.cluster)
+        truth = kind.truth(job, calibrated)
         rules = kind.rules(job, truth, mode, config.total_gpus)
         app = job.application
         runs[job.name] = JobRun(kind, truth, rules, JobAgent(truth, adaptive=rules.adaptive),
@@ -222,10 +220,8 @@ def _world(cluster: ClusterSpec) -> World:
 
 
 def _spec(state: JobState, run: JobRun, now_s: float, total_gpus: int) -> JobSpec:
-    """The job as this round presents it to the policy."""
-    view = run.view(state, run.agent, run.truth)
-    return job_spec(state, view, run.truth, run.rules, run.kind.remaining_steps(state, run.truth, run.rules), now_s,
-                    total_gpus, run.freezing, run.per_type(view.params))
+    """The job as this round presents it to the policy (its kind's spec)."""
+    return run.kind.spec(state, run, now_s, total_gpus)
 
 
 STUCK_ROUNDS = 3  # rounds an idle cluster may leave every waiting job waiting, with none to arrive

@@ -28,8 +28,8 @@ from schedlab.models.throughput import fit_throughput_params, throughput
 from schedlab.sim.truth import ApplicationTruth, BatchSplit
 from schedlab.state import BatchLimits, FreezePenalty, GpuRef, GradStats, LayerGroup, ThroughputParams
 
-__all__ = ["Freezing", "JobAgent", "JobState", "StepScale", "TraceJob", "advance", "advance_work", "isolated_time_s",
-           "reallocate", "remaining_steps"]
+__all__ = ["Freezing", "JobAgent", "JobState", "StepScale", "TraceJob", "advance", "advance_to", "advance_work",
+           "isolated_time_s", "reallocate", "remaining_steps"]
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,10 @@ class TraceJob:
     """One job of a workload: what the user submitted.
 
     `work_s` set: a job of fixed work (PAL's simulator: seconds at full speed on its requested
-    GPUs, advance_work); unset: it trains until its completion epoch (Pollux's, advance).
-    `app_class`: its GPUs' variability class (default: from the application)."""
+    GPUs, advance_work); `steps` set: a rigid job of Gavel's, that many steps of its job type
+    (`application`) on exactly `num_replicas` GPUs at `batch_size` (sim.gavel); neither: it
+    trains until its completion epoch (Pollux's, advance). `app_class`: its GPUs' variability
+    class (default: from the application)."""
 
     name: str
     application: str
@@ -47,6 +49,7 @@ class TraceJob:
     batch_size: int
     work_s: float | None = None
     app_class: str | None = None
+    steps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -71,8 +74,8 @@ class JobState:
     split
         Its batch on them (None while it holds none).
     progress
-        Training done: in the application's progress unit (sim.truth: M0-equivalent steps), or
-        for a job of fixed work, seconds of work at full speed.
+        Training done: in the application's progress unit (sim.truth: M0-equivalent steps), for
+        a job of fixed work seconds of work at full speed, for a job of Gavel's its steps.
     epoch
         Epochs finished.
     rescale_left_s
@@ -302,19 +305,26 @@ def advance_work(state: JobState, speed: float, now_s: float, seconds: float, ro
     """A job of fixed work (PAL's simulator): after its restart delay it does `speed` seconds of
     work per second; done when its work is, at that instant or, with `round_end`, at the end of
     this round (the artifact records completions at its next round)."""
+    work_s = state.job.work_s
+    assert work_s is not None, "advance_work is for jobs of fixed work"
+    return advance_to(state, work_s, speed, now_s, seconds, round_end)
+
+
+def advance_to(state: JobState, total: float, rate: float, now_s: float, seconds: float, round_end: bool) -> JobState:
+    """A job that is done when its progress reaches `total`: after its restart delay it makes
+    `rate` progress per second on its GPUs; done at that instant or, with `round_end`, at the
+    end of this round."""
     r = len(state.gpus)
     if r == 0 or state.done:
         return state
     delay = min(state.rescale_left_s, seconds)
-    work_s = state.job.work_s
-    assert work_s is not None, "advance_work is for jobs of fixed work"
-    left = work_s - state.progress
+    left = total - state.progress
     run_s = seconds - delay
-    if left > run_s * speed:
-        return replace(state, progress=state.progress + run_s * speed, rescale_left_s=state.rescale_left_s - delay,
+    if left > run_s * rate:
+        return replace(state, progress=state.progress + run_s * rate, rescale_left_s=state.rescale_left_s - delay,
                        attained_gpu_s=state.attained_gpu_s + seconds * r)
-    busy_s = seconds if round_end else delay + left / speed
-    return replace(state, progress=work_s, rescale_left_s=0.0, attained_gpu_s=state.attained_gpu_s + busy_s * r,
+    busy_s = seconds if round_end else delay + left / rate
+    return replace(state, progress=total, rescale_left_s=0.0, attained_gpu_s=state.attained_gpu_s + busy_s * r,
                    completion_s=now_s + busy_s)
 
 

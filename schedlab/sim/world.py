@@ -28,7 +28,7 @@ from typing import Any
 
 import networkx as nx
 
-from schedlab.clusters import ClusterSpec, pools_text
+from schedlab.clusters import ClusterSpec, NodePool, pools_text
 from schedlab.errors import ConfigError
 from schedlab.models.freezing import DEFAULT_BUDGET
 from schedlab.models.profiles import POLLUX_GPU_TYPE
@@ -38,7 +38,7 @@ from schedlab.sim.view import THROUGHPUT_MODELS
 from schedlab.state import Cluster, FreezePenalty, GpuRef, Topology
 from schedlab.topology import cluster_graph, spread_gbps
 
-__all__ = ["PAL_WORLD", "WORLDS", "ReplayConfig", "World"]
+__all__ = ["GAVEL_WORLD", "PAL_WORLD", "WORLDS", "ReplayConfig", "World"]
 
 
 @dataclass(frozen=True)
@@ -186,9 +186,15 @@ class ReplayConfig:
 PAL_WORLD = ReplayConfig().with_options(
     round_s=360.0, restart_delay_s=0.0, horizon_s=120 * 86400.0, across_node_factor=1.7, variability="measured",
     first_decision_s=0.0, finish_at_round_end=True, sia_philly_work="iterations")
+# Gavel's simulator (Narayanan et al. OSDI'20, stanford-futuredata/gavel) as a world: its traces' rigid
+# jobs (sim.gavel) on 36 V100 + 36 P100 + 36 K80 in servers of 4, 360 s rounds, no restart delay, the
+# first decision at 0.
+GAVEL_WORLD = ReplayConfig(cluster=ClusterSpec(pools=tuple(NodePool(t, 9, 4) for t in ("v100", "p100", "k80"))),
+                           round_s=360.0, restart_delay_s=0.0, first_decision_s=0.0)
 WORLDS: dict[str, ReplayConfig] = {
     "pollux": ReplayConfig(),  # the Pollux artifact's simulator
     "pal": PAL_WORLD,
     # the Pollux world on PAL's measured variability and 4 racks with 2:1 oversubscribed uplinks
     "variability": ReplayConfig().with_options(racks=4, uplink_gbps=50.0, variability="measured"),
+    "gavel": GAVEL_WORLD,
 }

@@ -2,13 +2,14 @@
 
     [sweep]
     name = "pollux-artifact"        # default output folder: results/<name>, so a plain folder name
-    world = "pollux"                # the world's defaults (sim.world.WORLDS): pollux, pal, variability
+    world = "pollux"                # the world's defaults (sim.world.WORLDS): pollux, pal, variability, gavel
     baseline = "tiresias"           # policy label the report compares against
     metric = "mean_jct_s"           # the report's headline metric
 
     [traces]                        # at least one kind; every entry is one trace
     workloads = ["workload-1"]      # shipped Pollux workloads or CSV paths
     sia_philly = ["workload-1"]     # shipped Sia-Philly traces or paths (apps drawn per seed)
+    gavel = ["0e4a51"]              # Gavel's shipped msr traces or .trace paths (world = "gavel")
     synthetic = [{jobs = 160, jobs_per_hour = 20.0}]   # Poisson arrivals, optional mix = {...}
     philly = [{jobs = 160}]         # sampled from the Philly trace as Pollux's generator
     max_jobs = 40                   # optional: the first N jobs of each trace
@@ -79,12 +80,12 @@ POLICY_AXES = ("order", "backfill")  # set on the policies that have the field, 
 CLUSTER_AXIS, SHAPE_AXES = "cluster", ("nodes", "gpus_per_node")
 SECTIONS = {
     "sweep": {"name", "baseline", "metric", "world"},
-    "traces": {"workloads", "sia_philly", "synthetic", "philly", "max_jobs"},
+    "traces": {"workloads", "sia_philly", "gavel", "synthetic", "philly", "max_jobs"},
     "grid": {"policies", *RUN_DEFAULTS, *WORLD_AXES, *POLICY_AXES, CLUSTER_AXIS},
 }
 MODELS = {"policy": None} | {name: name for name in THROUGHPUT_MODELS}  # grid.model -> ReplayConfig.throughput_model
 # [traces] key -> the trace kind (trace_specs.TRACE_KINDS) of each entry: a name or path, or a table of the kind's fields
-NAMED_TRACES = {"workloads": "workload", "sia_philly": "sia_philly"}
+NAMED_TRACES = {"workloads": "workload", "sia_philly": "sia_philly", "gavel": "gavel"}
 SAMPLED_TRACES = {"synthetic": "synthetic", "philly": "philly"}
 
 
@@ -324,7 +325,7 @@ def _traces(raw: dict[str, Any], where: _Where) -> list[dict[str, Any]]:
                 raise where.error(key, f"traces.{key}: {exc}") from None
             traces.append({"kind": kind, **spec})
     if not traces:
-        raise where.error("traces", "no traces: set traces.workloads, sia_philly, synthetic or philly")
+        raise where.error("traces", "no traces: set traces.workloads, sia_philly, gavel, synthetic or philly")
     return traces
 
 
