@@ -25,7 +25,7 @@ from schedlab.models.gavel import (
     steps_per_s,
 )
 from schedlab.models.throughput import rmsle, step_time_s
-from schedlab.policies import ALLOCATORS
+from schedlab.policies import POLICIES
 from schedlab.sweep import parse_sweep, run_sweep
 from schedlab.trace_specs import GavelTrace, trace_spec
 from schedlab.traces import gavel_jobs, load_gavel_trace, shipped_gavel_traces
@@ -172,8 +172,8 @@ TINY = [("ResNet-18 (batch size 64)", 8, 0.0, 40_000), ("A3C", 2, 30.0, 20_000),
         ("CycleGAN", 1, 900.0, 3_000)]
 
 
-@pytest.mark.parametrize("policy", sorted(ALLOCATORS))
-def test_every_allocation_policy_runs_gavels_jobs_to_completion(tmp_path, policy):
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_every_policy_runs_gavels_jobs_to_completion(tmp_path, policy):
     path = _trace(tmp_path / "tiny.trace", TINY)
     # the engine verifies every round: one type per job, exactly its scale factor, capacity
     result = schedlab.replay(GavelTrace(str(path)), policy, "gavel", pools=SMALL)
