@@ -74,7 +74,9 @@ def replay(trace: Any, policy: str | Policy, world: str = "pollux", *, seed: int
         schedlab.policies.policy_names()) or a policy object.
     world : str
         The simulated world (schedlab.sim.world.WORLDS): "pollux" (the Pollux artifact's
-        simulator), "pal" (PAL's) or "variability" (Pollux's on PAL's measured GPUs and racks).
+        simulator), "pal" (PAL's), "variability" (Pollux's on PAL's measured GPUs and racks) or
+        "gavel" (Gavel's simulator: rigid jobs of its traces on 36 V100 + 36 P100 + 36 K80,
+        schedlab.sim.gavel; trace a schedlab.trace_specs.GavelTrace).
     seed : int
         Seeds what the trace draws (applications, arrivals), the cluster's measured GPUs and
         which jobs opt in to layer freezing; 0, as `schedlab replay`.
