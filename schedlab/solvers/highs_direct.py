@@ -22,7 +22,7 @@ solved and its best point is not within the gap, no point is, and the MIP over t
 answer optimal against its own bound. Three types of GPU at 2,048 GPUs / 1,000 jobs: about 2,800
 of 15,000 columns stay free in the first, solved in 0.1-0.3 s, where the neighbourhoods of
 jobs took 0.2-0.8 s and a round whose optimum lies 2.4e-4 below the LP bound needed the full
-MIP (12.6 s).
+MIP (12.6 s). It runs where it frees few columns (REDUCED_COST_MAX_SHARE).
 Rounding the fractional jobs down alone lands 1-3e-4 below the LP bound at 2,048 GPUs / 1,000
 jobs, where the integer optimum is within 1e-5-5e-5 of it; freeing the 32 jobs of smallest
 regret besides finds a point within 5e-5 in ~20 ms, where HiGHS's full MIP takes 0.3-2.5 s.
@@ -82,6 +82,12 @@ NEIGHBOURHOODS = (0, 32, 128)  # units (jobs, ...) freed besides the fractional 
 # of the Philly trace on 2,048 GPUs the 128-job one (64 % of the columns, no start) took 3.3 s
 # where the full MIP from the model's start took 0.11 s.
 NEIGHBOURHOOD_MAX_SHARE = 0.5
+# Reduced-cost fixing's first MIP runs where it leaves at most this share of the columns free
+# (its second, NEIGHBOURHOOD_MAX_SHARE). Three GPU
+# types at 2,048 GPUs / 1,000 jobs: 18 %, solved in 0.1-0.2 s where the neighbourhoods of jobs
+# took up to 0.8 s; one type: 38 %, 0.25-0.4 s where the 32-job neighbourhood proves in 20 ms;
+# joint at 2,048 GPUs: 35 %, 2-3 s where the last neighbourhood proves in 50 ms.
+REDUCED_COST_MAX_SHARE = 0.25
 ADJACENT_PER_ROW = 16  # the last neighbourhood: units freed per row a fractional column lies in
 
 
@@ -210,8 +216,11 @@ def _reduced_cost_search(model: MilpArrays, relaxed: SolveOutcome, reduced_cost:
             return best  # no point to beat: the full MIP searches
         slack = bound - best.objective if exact else mip_gap * abs(bound)
         restricted = _fixed_by_reduced_cost(model, x, reduced_cost, slack)
-        if (restricted.col_lo < restricted.col_hi).sum() > NEIGHBOURHOOD_MAX_SHARE * model.num_cols:
-            return best  # as large as the model: the full MIP is the faster search
+        # the first where it is small (REDUCED_COST_MAX_SHARE), else the neighbourhoods of jobs
+        # are the faster search; the second (a round the gap cannot prove) beats the full MIP
+        share = NEIGHBOURHOOD_MAX_SHARE if exact else REDUCED_COST_MAX_SHARE
+        if (restricted.col_lo < restricted.col_hi).sum() > share * model.num_cols:
+            return best
         start = None if best.values is None else np.where(model.integer, np.round(best.values), best.values)
         found = _run(replace(restricted, start=start), model.integer, max(left_s(), 1e-3), mip_gap, seed,
                      presolve=True, options=options)
