@@ -256,3 +256,19 @@ def test_a_round_on_a_cluster_of_three_gpu_types_is_answered_by_the_service(serv
     placed = [{type_of[g["node"]] for g in a["gpus"]} for a in result["allocations"] if a["gpus"]]
     assert placed and all(len(types) == 1 for types in placed)
     assert {t for types in placed for t in types} == {"v100", "p100", "k80"}
+
+
+def test_the_service_answers_a_mixed_round_with_per_type_limits_a_projected_type_and_a_pinned_job(server):
+    from test_mixed_round import PINNED_GPUS, mixed_round
+
+    from schedlab import solve_round
+
+    raw = mixed_round()
+    status, result, _ = server.solve(raw)
+    direct = solve_round(raw)
+    assert status == 200 and result["status"] == "optimal" and result["verified"]
+    assert result["objective"] == pytest.approx(direct.objective, rel=1e-9)
+    by_id = {a["job_id"]: a for a in result["allocations"]}
+    assert by_id["pinned"]["gpus"] == PINNED_GPUS
+    assert [a["projected"] for a in result["allocations"]] == [a.projected for a in direct.allocations]
+    assert any(a["projected"] for a in result["allocations"])
