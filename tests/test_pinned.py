@@ -13,9 +13,10 @@ from schedlab import InputError, parse_round_input, solve_round
 from schedlab.formulations.placement import build, build_pyomo
 from schedlab.formulations.placement_greedy import pal_greedy
 from schedlab.formulations.placement_problem import PlacementGpu, PlacementInput, PlacementJob
-from schedlab.formulations.placement_round import placement_view
+from schedlab.formulations.placement_round import placement_view, solve_placement
 from schedlab.models.profiles import shipped_profiles
 from schedlab.policies import make_policy
+from schedlab.solvers.registry import solver
 from schedlab.state import GpuRef, JobAllocation, RoundInput
 from schedlab.verify import problems
 
@@ -54,7 +55,7 @@ def mixed_round(pressure: bool = False) -> dict:
          "requested_gpus": 2, "max_gpus": 2, "age_s": 3600},
         {"id": "pinned", "application": "deepspeech2", "throughput_params": {"t4": vars(PARAMS["deepspeech2"])},
          "current_gpus": [{"node": g.node, "gpu": g.gpu} for g in PINNED], "pinned": True, "requested_gpus": 2,
-         "max_gpus": 2, "age_s": 10, "attained_service_gpu_s": 1e6},
+         "requested_bsz": 40, "max_gpus": 4, "age_s": 10, "attained_service_gpu_s": 1e6},
         {"id": "yolo", "application": "yolov3", "throughput_params": _by_type("yolov3"),
          "current_gpus": [{"node": "v0", "gpu": 0}], "requested_gpus": 1, "max_gpus": 1, "age_s": 5000},
     ]
@@ -162,6 +163,18 @@ def test_every_greedy_placement_places_a_pinned_job_on_its_gpus(name):
     assert greedy(loose, np.random.default_rng(0))["pinned"] != ("n0/0", "n0/2")  # not where it would go
 
 
+@pytest.mark.parametrize("name", ["highs", "cpsat"])
+def test_the_exact_placement_keeps_a_pinned_job_on_slow_gpus_it_would_leave(name):
+    pi = _pinned_on_slow_spread()
+    pi = replace(pi, jobs=(replace(pi.jobs[0], current_gpus=("n1/0", "n1/1")), pi.jobs[1]))
+    found = solve_placement(pi, solver(name), start=pal_greedy(pi, np.random.default_rng(0)))
+    assert found.placement["pinned"] == ("n1/0", "n1/1") and found.status == "optimal"
+    loose = replace(pi, jobs=(replace(pi.jobs[0], pinned=False), pi.jobs[1]))
+    unpinned = solve_placement(loose, solver(name), start=pal_greedy(loose, np.random.default_rng(0)))
+    assert unpinned.placement["pinned"] != ("n1/0", "n1/1")
+    assert unpinned.objective > found.objective
+
+
 def test_a_pinned_job_not_on_its_gang_of_offered_gpus_is_refused():
     pi = _pinned_on_slow_spread()
     with pytest.raises(InputError, match="pinned to its 2 current GPUs, but needs 3"):
@@ -179,10 +192,11 @@ def test_the_policies_that_build_their_allocations_honour_the_mixed_rounds_rules
     check_rules(ri, result.allocations)
 
 
-@pytest.mark.parametrize("name, pressure", [("tiresias", True), ("gavel_las", False)])
+@pytest.mark.parametrize("name, pressure", [("tiresias", True), ("optimus", False), ("gavel_las", False)])
 def test_without_the_pin_a_policy_would_take_the_pinned_jobs_gpus(name, pressure):
-    """Unpinned, the job waits (tiresias, behind the jobs of less service) or moves (Gavel's
-    LAS, to a faster type): so it keeps its GPUs above because the pin is honoured."""
+    """Unpinned, the job waits (tiresias, behind the jobs of less service), grows (optimus, up
+    to its max_gpus) or moves (Gavel's LAS, to a faster type): so it keeps its GPUs above
+    because the pin is honoured."""
     ri = parse_round_input(mixed_round(pressure))
     loose = replace(ri, jobs=tuple(replace(job, pinned=False) for job in ri.jobs))
     by_id = {a.job_id: a for a in make_policy(name).schedule(loose).allocations}
