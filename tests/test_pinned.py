@@ -222,3 +222,18 @@ def test_a_pinned_job_placed_on_other_than_the_gpus_it_holds_is_refused():
     assert exc.value.problems == [
         "jobs[2].pinned: job 'pinned' is pinned to the 2 GPUs it holds, but the placement formulation places it on 1 "
         "(requested_gpus, else min_gpus); set requested_gpus to the GPUs it holds"]
+
+
+def test_a_job_whose_batch_fits_no_type_waits_in_pals_queue_and_is_refused_by_the_formulation():
+    raw = mixed_round()
+    raw["jobs"][0]["batch_by_type"] = {t: {"min_local_bsz": 8, "max_local_bsz": 24} for t in SPEED}
+    ri = parse_round_input(raw)
+    result = make_policy("pal", {"backfill": True}).schedule(ri)
+    by_id = {a.job_id: a for a in result.allocations}
+    assert not by_id["tight"].gpus and set(by_id["pinned"].gpus) == set(PINNED)
+    check_rules(ri, result.allocations)
+    with pytest.raises(InputError) as exc:
+        solve_round(ri)
+    assert exc.value.problems == ["jobs[0]: its batch on 2 GPUs is 6 per GPU, outside [8, 24] on a100; 6 per GPU, "
+                                  "outside [8, 24] on t4; 6 per GPU, outside [8, 24] on v100; change requested_gpus "
+                                  "or its batch"]

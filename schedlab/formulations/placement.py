@@ -134,12 +134,16 @@ job of a RoundInput is placed on exactly $G_j$ = `JobSpec.gang_gpus` (`requested
 `min_gpus`) GPUs of its cluster: a GPU's slowdown for a class is `Node.gpu_slowdown`'s (1 where
 the node does not list the class), $L$ the topology's `across_node_factor` (1 without a
 topology), $w_j = 1$ and $\rho_j = 0$ (a move shows in `JobAllocation.restarted`, unpriced).
-Jobs train at `JobSpec.submitted_bsz` (`fixed_bsz`, else `requested_bsz`, else `init_bsz`);
-goodput is not modelled (0), the job's speed is its speedup. On a cluster of several types,
-$\Theta_j$ are the types the job has `JobSpec.throughput` for and $r_{j\theta}$ its throughput
-(models.throughput) on $G_j$ GPUs of one node of type $\theta$ at that batch over the best of
-its types (`placement_round.type_speeds`); on one type, every job runs on it at $r = 1$, as
-before. PAL's greedy is the warm start and the fallback, so an answer is never worse than it.
+Jobs train at `JobSpec.submitted_bsz` (`fixed_bsz`, else `requested_bsz`, else `init_bsz`),
+split within their batch limits on the type of their GPUs (`JobSpec.batch_on`); goodput is not
+modelled (0), the job's speed is its speedup. On a cluster of several types, $\Theta_j$ are the
+types the job has `JobSpec.throughput` for (fitted or projected; an allocation on a projected
+type says so, `JobAllocation.projected`) on which that split fits, and $r_{j\theta}$ its
+throughput (models.throughput) on $G_j$ GPUs of one node of type $\theta$ at that batch over the
+best of its types (`placement_round.type_speeds`); on one type, every job runs on it at $r = 1$,
+as before. $P$ are the jobs with `JobSpec.pinned`; each must be given exactly the GPUs it holds
+($G_j$ = its current GPUs' count, else InputError naming `jobs[i].pinned`), and $\Theta_j$ is
+their type. PAL's greedy is the warm start and the fallback, so an answer is never worse than it.
 Limitations: every job given is placed, so the jobs must fit on their types together (the
 greedy raises InputError naming a job it could not place): the caller chooses which jobs run
 (policies.placement: PAL's queue, per type; policies.compose: an allocation policy). The

@@ -178,17 +178,25 @@ def _problems(ri: RoundInput) -> list[str]:
                          f"one type among {_runs_on(ri, job)}; unpin it or give it parameters for its GPUs' type")
             continue
         if not any(_batch_fits(job, size, t) for t in types):
-            micro, _ = submitted_split(job, size, types[0] if len(types) == 1 else None)
-            b = job.batch_on(types[0]) if len(types) == 1 else job.batch
-            on = f" on {types[0]}" if len(types) == 1 and types[0] in job.batch_by_type else ""
             what = f"jobs[{i}].pinned" if job.pinned else f"jobs[{i}]"
-            found.append(f"{what}: its batch on {size} GPUs is {micro} per GPU, outside [{b.min_local_bsz}, "
-                         f"{b.max_local_bsz}]{on}; change requested_gpus or its batch")
+            found.append(f"{what}: its batch on {size} GPUs is {_outside(job, size, types)}; change requested_gpus "
+                         "or its batch")
     need, total = sum(j.gang_gpus for j in ri.jobs), ri.cluster.total_gpus
     if need > total:
         found.append(f"jobs: they need {need} GPUs, the cluster has {total}; the placement formulation places every "
                      "job it is given, so give it fewer jobs (a policy chooses which run: policies.placement)")
     return found
+
+
+def _outside(job: JobSpec, num_gpus: int, types: list[str]) -> str:
+    """The job's local batch on num_gpus GPUs of each type against its limits there, in words."""
+    said = []
+    for t in types:
+        micro, _ = submitted_split(job, num_gpus, t)
+        b = job.batch_on(t)
+        said.append(f"{micro} per GPU, outside [{b.min_local_bsz}, {b.max_local_bsz}]"
+                    + (f" on {t}" if len(types) > 1 or t in job.batch_by_type else ""))
+    return "; ".join(said)
 
 
 def _held_types(job: JobSpec, kinds: Mapping[str, str]) -> list[str]:
@@ -237,7 +245,8 @@ class PlacementView:
 
 
 def type_speeds(ri: RoundInput, job: JobSpec) -> tuple[tuple[str, float], ...]:
-    """(GPU type, r) of the cluster's types the job can run on; () on a cluster of one type.
+    """(GPU type, r) of the cluster's types the job can run on; () on a cluster of one type, or of
+    several where it can run on none (placement_view refuses such a job first).
 
     Those are the types it has parameters for on which its submitted batch splits over
     JobSpec.gang_gpus GPUs within its limits there (JobSpec.batch_on); a pinned job's, the type
@@ -253,7 +262,7 @@ def type_speeds(ri: RoundInput, job: JobSpec) -> tuple[tuple[str, float], ...]:
         types = [t for t in _held_types(job, {n.id: n.gpu_type for n in ri.cluster.nodes}) if t in types]
     speed = {t: float(throughput(job.throughput[t], 1, size, *submitted_split(job, size, t)))
              for t in types if _batch_fits(job, size, t)}
-    fastest = max(speed.values())
+    fastest = max(speed.values(), default=1.0)
     return tuple((t, v / fastest) for t, v in speed.items())
 
 
@@ -384,8 +393,9 @@ def placement_model(round_input: RoundInput) -> PlacementRoundModel | WindowedPl
     The model of formulations.placement's module docstring: one MILP up to EXACT_MAX_GPUS GPUs,
     windows of it above, both warm-started from PAL's greedy placement. InputError
     (placement_view) when the formulation cannot take the round: a job with parameters for
-    none of several GPU types, a job that cannot run on its gang size, or jobs needing more GPUs
-    than the cluster has (or, from PAL's greedy, than their types have).
+    none of several GPU types, a job that cannot run on its gang size (its batch within its
+    limits on no type it may run on), a pinned job whose gang size is not the GPUs it holds, or
+    jobs needing more GPUs than the cluster has (or, from PAL's greedy, than their types have).
     """
     view = placement_view(round_input)
     greedy = pal_greedy(view.pi, np.random.default_rng(round_input.settings.seed))

@@ -214,7 +214,7 @@ def pal_queue(round_input: RoundInput, order: str, backfill: bool = False) -> di
         left[node.gpu_type] += node.gpus
     for job in sorted(round_input.jobs, key=lambda j: (not j.pinned, key(j), -j.age_s)):
         size = job.gang_gpus
-        speeds = dict(type_speeds(round_input, job)) or dict.fromkeys(left, 1.0)
+        speeds = dict(type_speeds(round_input, job)) if len(left) > 1 else dict.fromkeys(left, 1.0)
         fits = [t for t, r in speeds.items() if left[t] >= size]
         if fits:
             counts[job.id] = size
