@@ -33,7 +33,7 @@ MATH_PAGES = {
     "formulations/joint.html": ["(one)", "(demand)", "(level)", "(slots)", "(node)", "(stay)", "(comp)", "(whole)", "(rack)",
                                  "(minspd)"],
     "formulations/placement.html": ["(place)", "(cap)", "(node)", "(tier)", "(order)", "(spread)", "(onenode)", "(lost)",
-                                    "(stay)", "(typed)", "(onetype)", "(cover)", "(alone)", "(twins)", "(scarce)",
+                                    "(stay)", "(typed)", "(onetype)", "(pin)", "(cover)", "(alone)", "(twins)", "(scarce)",
                                     "(scarce_count)"],
 }
 # What TeX left unrendered looks like: a dollar delimiter, \( \[ or a control word such as \frac.

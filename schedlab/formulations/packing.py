@@ -46,13 +46,14 @@ class NodeState:
         return True
 
     def take_most_free(self, count: int, nodes: tuple[int, ...] | None = None) -> tuple[GpuRef, ...]:
-        """Take `count` GPUs from the nodes (of `nodes`, default all) with the most free GPUs first,
-        spilling over as many nodes as needed (ties: cluster order); the placement of the
-        artifact's baselines."""
-        free = self.free_gpus if nodes is None else sum(len(self.free[k]) for k in nodes)
+        """Take `count` GPUs from the nodes with the most free GPUs first, spilling over as many
+        nodes as needed (ties: cluster order); the placement of the artifact's baselines. Only
+        from `nodes` (indices) where given; ValueError when they have fewer GPUs free."""
+        nodes = tuple(range(len(self.free))) if nodes is None else nodes
+        free = self.free_gpus if len(nodes) == len(self.free) else sum(len(self.free[k]) for k in nodes)
         if count > free:
             raise ValueError(f"asked for {count} GPUs, {free} free")
-        buckets = self._bucketed(tuple(range(len(self.free))) if nodes is None else nodes)
+        buckets = self._bucketed(nodes)
         refs: list[GpuRef] = []
         while len(refs) < count:
             k = next(bucket[0] for bucket in reversed(buckets) if bucket)

@@ -13,7 +13,7 @@ GPUs over nodes.
 - $T_j$ the distinct effective slowdowns $\tau_{j0} < \tau_{j1} < \dots$ of job $j$ on the
   groups of $K_j$ (its tiers)
 - $R$ the running jobs, $S \subseteq R$ those that can stay (all their $G_j$ current GPUs
-  offered)
+  offered), $P \subseteq S$ the pinned ones (a checkpoint or restore in progress)
 - $M \subseteq J$ the jobs with more than one type of $\Theta_j$ offered
 
 **Parameters**
@@ -79,7 +79,9 @@ $$
 &\text{(typed)}   && \sum_{k :\ \theta(k) = \theta} x_{jk} \le G_j \, v_{j\theta}
                   && j \in M,\ \theta \in \Theta_j \\
 &\text{(onetype)} && \sum_{\theta} v_{j\theta} \le 1
-                  && j \in M
+                  && j \in M \\
+&\text{(pin)}     && x_{jk} = \mathit{cur}_{jk}
+                  && j \in P,\ k \in K
 \end{aligned}
 $$
 
@@ -91,7 +93,8 @@ unless it is spread: valid, and without it the LP spreads a job for about $1/|N|
 current GPUs. (typed) and (onetype) put a job's GPUs on one type: its speed is then its worst
 GPU's slowdown within that type over $r_{j\theta}$, its worst effective slowdown, which the
 tiers telescope exactly as on one type (a job of one type offered needs neither: $x_{jk} = 0$
-off $K_j$).
+off $K_j$). (pin) holds a pinned job on exactly its current GPUs ($\mathit{cur}_{jk} = 0$ off
+its groups): a column bound, $x_{jk}$'s lower and upper bounds, not a row.
 
 **Valid inequalities** (no integer point is cut off; they tighten the LP bound or break
 symmetry)
@@ -131,12 +134,16 @@ job of a RoundInput is placed on exactly $G_j$ = `JobSpec.gang_gpus` (`requested
 `min_gpus`) GPUs of its cluster: a GPU's slowdown for a class is `Node.gpu_slowdown`'s (1 where
 the node does not list the class), $L$ the topology's `across_node_factor` (1 without a
 topology), $w_j = 1$ and $\rho_j = 0$ (a move shows in `JobAllocation.restarted`, unpriced).
-Jobs train at `JobSpec.submitted_bsz` (`fixed_bsz`, else `requested_bsz`, else `init_bsz`);
-goodput is not modelled (0), the job's speed is its speedup. On a cluster of several types,
-$\Theta_j$ are the types the job has `JobSpec.throughput` for and $r_{j\theta}$ its throughput
-(models.throughput) on $G_j$ GPUs of one node of type $\theta$ at that batch over the best of
-its types (`placement_round.type_speeds`); on one type, every job runs on it at $r = 1$, as
-before. PAL's greedy is the warm start and the fallback, so an answer is never worse than it.
+Jobs train at `JobSpec.submitted_bsz` (`fixed_bsz`, else `requested_bsz`, else `init_bsz`),
+split within their batch limits on the type of their GPUs (`JobSpec.batch_on`); goodput is not
+modelled (0), the job's speed is its speedup. On a cluster of several types, $\Theta_j$ are the
+types the job has `JobSpec.throughput` for (fitted or projected; an allocation on a projected
+type says so, `JobAllocation.projected`) on which that split fits, and $r_{j\theta}$ its
+throughput (models.throughput) on $G_j$ GPUs of one node of type $\theta$ at that batch over the
+best of its types (`placement_round.type_speeds`); on one type, every job runs on it at $r = 1$,
+as before. $P$ are the jobs with `JobSpec.pinned`; each must be given exactly the GPUs it holds
+($G_j$ = its current GPUs' count, else InputError naming `jobs[i].pinned`), and $\Theta_j$ is
+their type. PAL's greedy is the warm start and the fallback, so an answer is never worse than it.
 Limitations: every job given is placed, so the jobs must fit on their types together (the
 greedy raises InputError naming a job it could not place): the caller chooses which jobs run
 (policies.placement: PAL's queue, per type; policies.compose: an allocation policy). The
@@ -195,6 +202,14 @@ class ModelSets:
     type_of: np.ndarray  # theta(k), an index of gpu_types
     usable_nodes: tuple[np.ndarray, ...]  # per job: whether each node holds a group of K_j
     bounds: tuple[list[float], ...]  # per job: bound(j, k) of every group k
+    pinned: tuple[bool, ...]  # per job: whether it is in P
+
+    def x_range(self, j: int, k: int) -> tuple[float, float]:
+        """x_jk's bounds: (cur_jk, cur_jk) for a pinned job (pin), else (0, bound(j, k))."""
+        if self.pinned[j]:
+            held = float((self.current[j] or {}).get(k, 0))
+            return held, held
+        return 0.0, self.bounds[j][k]
 
     def bound(self, j: int, k: int) -> float:
         """min(cap_k, G_j) for k in K_j, else 0: x_jk's upper bound, the big-M of (node) and (tier)."""
@@ -321,7 +336,7 @@ def model_sets(pi: PlacementInput) -> ModelSets:
     need = np.array([j.num_gpus for j in pi.jobs], dtype=int)
     return ModelSets(tuple(types), cap, nodes, node_of, np.array(largest_node, dtype=int), need, tuple(tiers),
                      tuple(tier_of), tuple(_current_counts(j, group_of) for j in pi.jobs), gpu_types, type_of,
-                     tuple(usable_nodes), tuple(bounds))
+                     tuple(usable_nodes), tuple(bounds), tuple(j.pinned for j in pi.jobs))
 
 
 @dataclass(frozen=True)
@@ -394,7 +409,7 @@ def build(pi: PlacementInput) -> PlacementModel:
     for j, job in enumerate(pi.jobs):
         w, G, inv0, d = job.weight, float(st.need[j]), 1 / st.tiers[j][0], st.gain(j)
         offset += w * inv0 - w * pi.restart_penalty * bool(job.current_gpus)
-        x = [col(0.0, st.bound(j, k)) for k in types]
+        x = [col(0.0, hi, lo=lo) for lo, hi in (st.x_range(j, k) for k in types)]  # (pin) in the bounds
         y = [col(0.0, float(st.usable_node(j, n))) for n in range(len(st.nodes))]
         z = [col(w * d_t, 1.0) for d_t in d]  # z[t - 1] is tier t
         m = col(0.0, 1.0, lo=float(st.spans(j)))
@@ -473,7 +488,7 @@ def build_pyomo(pi: PlacementInput) -> pyo.ConcreteModel:
     theta_x = {name: i for i, name in enumerate(st.gpu_types)}
 
     model.x = pyo.Var(model.J, model.K, domain=pyo.NonNegativeIntegers,
-                      bounds=lambda _, j, k: (0, st.bound(jx[j], kx[k])))
+                      bounds=lambda _, j, k: st.x_range(jx[j], kx[k]))  # (pin) in the bounds
     model.y = pyo.Var(model.J, model.N, domain=pyo.Binary,
                       bounds=lambda _, j, n: (0, float(st.usable_node(jx[j], nx[n]))))
     model.z = pyo.Var(model.JT, domain=pyo.Binary)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from schedlab.errors import InputError
-from schedlab.formulations.placement_problem import Placement, PlacementInput, PlacementJob, type_plan
+from schedlab.formulations.placement_problem import Placement, PlacementInput, PlacementJob, pinned_placement, type_plan
 
 __all__ = ["pal_greedy"]
 
@@ -29,7 +29,7 @@ def pal_greedy(pi: PlacementInput, rng: np.random.Generator) -> Placement:
     (PlacementJob.speed_on): the job takes the cheapest entry of its types (ties: within before
     across, then the types in name order); the jobs that can run on fewer types go first, so that
     a job of one type is not crowded out of it by a job that had a choice. On one type this is
-    PAL's walk.
+    PAL's walk. Pinned jobs are placed first, on their current GPUs (placement_problem.pinned_placement).
 
     The cheapest entries that fit are found directly rather than by walking the sorted entries:
     within one node, the least level at which some node has G_j free GPUs (the smallest G_j-th
@@ -73,8 +73,11 @@ def _walk(pi: PlacementInput, types_for: Callable[[PlacementJob], list[str]]) ->
     # the jobs of fewest types first, so that a job of one type still finds it free (one type: PAL's order)
     kinds = [sum(pi.jobs[j].speed_on(t) > 0 for t in state.gpu_types) for j in range(len(pi.jobs))]
     order = sorted(range(len(pi.jobs)), key=lambda j: (kinds[j], -sensitivity[pi.jobs[j].app_class], j))
-    out = {}
-    for j in order:
+    out = pinned_placement(pi)
+    if out:
+        index = {g.id: i for i, g in enumerate(pi.gpus)}
+        state.remove(np.array([index[g] for gpus in out.values() for g in gpus]))
+    for j in (j for j in order if pi.jobs[j].id not in out):
         job = pi.jobs[j]
         found = [entry for t in types_for(job)
                  for entry in state.entries(job.app_class, t, job.num_gpus, pi.across_node, job.speed_on(t))]

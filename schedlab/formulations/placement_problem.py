@@ -23,7 +23,7 @@ import numpy as np
 from schedlab.errors import InputError
 
 __all__ = ["Placement", "PlacementGpu", "PlacementInput", "PlacementJob", "effective_slowdown", "job_speed",
-           "placement_objective", "type_plan"]
+           "pinned_placement", "placement_objective", "type_plan"]
 
 Placement = dict[str, tuple[str, ...]]  # job id -> GPU ids
 
@@ -45,7 +45,8 @@ class PlacementJob:
     Its application class says whose slowdowns apply; `current_gpus` are the GPU ids it runs
     on now (empty: waiting); `weight` is w_j, its weight in the objective. `type_speed` lists
     (GPU type, r) for the types it can run on, r its speed there relative to its fastest type
-    (in (0, 1]); empty, it runs on every type at r = 1 (a cluster of one type).
+    (in (0, 1]); empty, it runs on every type at r = 1 (a cluster of one type). A `pinned` job
+    keeps exactly its current GPUs (a checkpoint or restore in progress): every placement puts it there.
     """
 
     id: str
@@ -54,6 +55,7 @@ class PlacementJob:
     current_gpus: tuple[str, ...] = ()
     weight: float = 1.0
     type_speed: tuple[tuple[str, float], ...] = ()
+    pinned: bool = False
 
     def speed_on(self, gpu_type: str) -> float:
         """r, the job's relative speed on GPUs of `gpu_type`: 0 where it cannot run (type_speed)."""
@@ -90,7 +92,8 @@ class PlacementInput:
     ------
     InputError
         When the jobs need more GPUs than offered, a GPU is current for two jobs, a GPU has no
-        slowdown for a class in play, or no GPU type a job can run on has its GPUs.
+        slowdown for a class in play, no GPU type a job can run on has its GPUs, or a pinned
+        job's current GPUs are not `num_gpus` GPUs offered.
     """
 
     gpus: tuple[PlacementGpu, ...]  # the GPUs the chosen jobs may use
@@ -112,6 +115,11 @@ class PlacementInput:
                     raise InputError([f"placement: GPU {g} is current for both {holder[g]} and {j.id}; "
                                       "a GPU runs one job"])
                 holder[g] = j.id
+        stuck = [f"placement: job {j.id} is pinned to its {len(j.current_gpus)} current GPUs, but needs {j.num_gpus} "
+                 "and all of its current GPUs offered" for j in self.jobs if j.pinned and (
+                     len(j.current_gpus) != j.num_gpus or any(g not in self.gpu_index for g in j.current_gpus))]
+        if stuck:
+            raise InputError(stuck)
         first_of_class = {j.app_class: j for j in reversed(self.jobs)}
         for c, j in first_of_class.items():
             missing = next((g for g in self.gpus if c not in g.slowdown), None)
@@ -168,13 +176,19 @@ def placement_objective(pi: PlacementInput, placement: Mapping[str, tuple[str, .
     return total
 
 
+def pinned_placement(pi: PlacementInput) -> Placement:
+    """The pinned jobs on their current GPUs, sorted: where every placement puts them first."""
+    return {job.id: tuple(sorted(job.current_gpus)) for job in pi.jobs if job.pinned}
+
+
 def type_plan(pi: PlacementInput) -> dict[str, str]:
     """A GPU type for every job such that the jobs fit on their types together (by GPU count).
 
-    Largest job first (ties: the job of fewer types, then input order), each on the type of its
-    current GPUs where it runs on one it can run on, else the fastest type for it, with its GPUs
-    left (ties: the most left, then the name). Where that leaves a job without room, the
-    assignment is solved exactly (`_assign_types`). Within one type any jobs whose GPUs add up
+    Pinned jobs first, on the type of their GPUs; then the largest job first (ties: the job of
+    fewer types, then input order), each on the type of its current GPUs where it runs on one it
+    can run on, else the fastest type for it, with its GPUs left (ties: the most left, then the
+    name). Where that leaves a job without room, the assignment is solved exactly
+    (`_assign_types`, pinned jobs on their GPUs' type). Within one type any jobs whose GPUs add up
     to no more than the type's fit, so a greedy placement that keeps each job on its planned
     type never runs out.
 
@@ -186,7 +200,7 @@ def type_plan(pi: PlacementInput) -> dict[str, str]:
     left = Counter(g.gpu_type for g in pi.gpus)
     kinds = {j.id: sum(j.speed_on(t) > 0 for t in left) for j in pi.jobs}
     out = {}
-    for job in sorted(pi.jobs, key=lambda j: (-j.num_gpus, kinds[j.id])):  # stable: input order on ties
+    for job in sorted(pi.jobs, key=lambda j: (not j.pinned, -j.num_gpus, kinds[j.id])):  # stable: input order on ties
         fits = [t for t in sorted(left) if left[t] >= job.num_gpus and job.speed_on(t) > 0]
         if not fits:
             return _assign_types(pi)
@@ -200,14 +214,15 @@ def _assign_types(pi: PlacementInput) -> dict[str, str]:
     """A type per job that fits by count, found exactly, the jobs' speeds on them as large as can be.
 
     max sum_j sum_theta r_j theta a_j theta s.t. sum_theta a_j theta = 1 (j), sum_j G_j a_j theta
-    <= GPUs of theta (theta), a binary and 0 off the job's types: a small assignment MILP
-    (scipy.optimize.milp; the placement model needs no solver for it).
+    <= GPUs of theta (theta), a binary and 0 off the job's types (a pinned job's: its GPUs'): a
+    small assignment MILP (scipy.optimize.milp; the placement model needs no solver for it).
     """
     from scipy.optimize import Bounds, LinearConstraint, milp  # here: only where the greedy plan fails
 
     types = sorted({g.gpu_type for g in pi.gpus})
     cap = Counter(g.gpu_type for g in pi.gpus)
-    r = np.array([[job.speed_on(t) for t in types] for job in pi.jobs]).ravel()
+    r = np.array([[job.speed_on(t) * (not job.pinned or t == _held_type(pi, job)) for t in types]
+                  for job in pi.jobs]).ravel()  # a pinned job only on its GPUs' type
     one = np.kron(np.eye(len(pi.jobs)), np.ones(len(types)))
     use = np.kron(np.array([[job.num_gpus for job in pi.jobs]], dtype=float), np.eye(len(types)))
     found = milp(-r, integrality=np.ones(len(r)), bounds=Bounds(0, (r > 0).astype(float)),
@@ -217,3 +232,8 @@ def _assign_types(pi: PlacementInput) -> dict[str, str]:
                           "they can run on together; choose fewer jobs"])
     chosen = np.rint(found.x).reshape(len(pi.jobs), len(types)).argmax(axis=1)
     return {job.id: types[t] for job, t in zip(pi.jobs, chosen)}
+
+
+def _held_type(pi: PlacementInput, job: PlacementJob) -> str:
+    """The GPU type of the job's current GPUs (of a pinned job: PlacementInput checked they are offered)."""
+    return pi.gpu_index[job.current_gpus[0]].gpu_type

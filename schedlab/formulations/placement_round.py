@@ -154,6 +154,7 @@ def _problems(ri: RoundInput) -> list[str]:
     """Why the placement formulation cannot take this round (empty: it can)."""
     found = []
     several = len(ri.cluster.gpu_types) > 1
+    kinds = {n.id: n.gpu_type for n in ri.cluster.nodes}
     for i, job in enumerate(ri.jobs):
         if several and not ri.cluster.gpu_types & job.throughput.keys():
             found.append(f"jobs[{i}].throughput_params: job {job.id!r} has parameters for none of the cluster's GPU "
@@ -166,15 +167,55 @@ def _problems(ri: RoundInput) -> list[str]:
                          f"{size} GPUs (requested_gpus, else min_gpus), outside its [{lo}, {job.max_gpus}]; set "
                          "requested_gpus within it")
             continue
-        micro, _ = submitted_split(job, size)
-        if not job.batch.min_local_bsz <= micro <= job.batch.max_local_bsz:
-            found.append(f"jobs[{i}]: its batch on {size} GPUs is {micro} per GPU, outside [{job.batch.min_local_bsz}, "
-                         f"{job.batch.max_local_bsz}]; change requested_gpus or its batch")
+        if job.pinned and size != len(job.current_gpus):
+            found.append(f"jobs[{i}].pinned: job {job.id!r} is pinned to the {len(job.current_gpus)} GPUs it holds, "
+                         f"but the placement formulation places it on {size} (requested_gpus, else min_gpus); set "
+                         "requested_gpus to the GPUs it holds")
+            continue
+        types = _held_types(job, kinds) if job.pinned else _runs_on(ri, job)
+        if job.pinned and (len(types) != 1 or not set(types) <= set(_runs_on(ri, job))):
+            found.append(f"jobs[{i}].pinned: job {job.id!r} is pinned to GPUs of types {types}, but runs on GPUs of "
+                         f"one type among {_runs_on(ri, job)}; unpin it or give it parameters for its GPUs' type")
+            continue
+        if not any(_batch_fits(job, size, t) for t in types):
+            what = f"jobs[{i}].pinned" if job.pinned else f"jobs[{i}]"
+            found.append(f"{what}: its batch on {size} GPUs is {_outside(job, size, types)}; change requested_gpus "
+                         "or its batch")
     need, total = sum(j.gang_gpus for j in ri.jobs), ri.cluster.total_gpus
     if need > total:
         found.append(f"jobs: they need {need} GPUs, the cluster has {total}; the placement formulation places every "
                      "job it is given, so give it fewer jobs (a policy chooses which run: policies.placement)")
     return found
+
+
+def _outside(job: JobSpec, num_gpus: int, types: list[str]) -> str:
+    """The job's local batch on num_gpus GPUs of each type against its limits there, in words."""
+    said = []
+    for t in types:
+        micro, _ = submitted_split(job, num_gpus, t)
+        b = job.batch_on(t)
+        said.append(f"{micro} per GPU, outside [{b.min_local_bsz}, {b.max_local_bsz}]"
+                    + (f" on {t}" if len(types) > 1 or t in job.batch_by_type else ""))
+    return "; ".join(said)
+
+
+def _held_types(job: JobSpec, kinds: Mapping[str, str]) -> list[str]:
+    """The GPU types of the job's current GPUs, sorted."""
+    return sorted({kinds[g.node] for g in job.current_gpus})
+
+
+def _runs_on(ri: RoundInput, job: JobSpec) -> list[str]:
+    """The cluster's GPU types the job may run on: those it has parameters for on a cluster of
+    several types, the one type otherwise."""
+    types = ri.cluster.gpu_types
+    return sorted(types & job.throughput.keys() if len(types) > 1 else types)
+
+
+def _batch_fits(job: JobSpec, num_gpus: int, gpu_type: str) -> bool:
+    """Whether the job's submitted batch splits over num_gpus GPUs of the type within its limits there."""
+    micro, _ = submitted_split(job, num_gpus, gpu_type)
+    b = job.batch_on(gpu_type)
+    return b.min_local_bsz <= micro <= b.max_local_bsz
 
 
 @dataclass(frozen=True)
@@ -190,30 +231,38 @@ class PlacementView:
     refs: Mapping[str, GpuRef]
 
     def allocations(self, placement: Mapping[str, tuple[str, ...]]) -> tuple[JobAllocation, ...]:
-        """Every job's allocation: its placed GPUs sorted, its submitted batch, its speed."""
+        """Every job's allocation: its placed GPUs sorted, its submitted batch within its limits
+        on their type (JobSpec.batch_on), its speed, and whether its parameters there were projected."""
         out = []
         for job, pjob in zip(self.round_input.jobs, self.pi.jobs):
             gpus = tuple(sorted(self.refs[g] for g in placement[job.id]))
-            micro, accum = submitted_split(job, len(gpus))
+            gpu_type = self.pi.gpu_index[placement[job.id][0]].gpu_type
+            micro, accum = submitted_split(job, len(gpus), gpu_type)
             speed = job_speed(self.pi, pjob, placement[job.id])
             out.append(JobAllocation(job.id, gpus, len(gpus) * micro * (accum + 1), micro, accum, speedup=speed,
-                                     restarted=job.restarted_on(gpus)))
+                                     restarted=job.restarted_on(gpus), projected=job.projected_on(gpu_type)))
         return tuple(out)
 
 
 def type_speeds(ri: RoundInput, job: JobSpec) -> tuple[tuple[str, float], ...]:
-    """(GPU type, r) of the cluster's types the job has parameters for; () on a cluster of one type.
+    """(GPU type, r) of the cluster's types the job can run on; () on a cluster of one type, or of
+    several where it can run on none (placement_view refuses such a job first).
 
-    r is the job's throughput (models.throughput) on JobSpec.gang_gpus GPUs of one node of the
-    type at its submitted batch (submitted_split), over the best of its types: 1 on its fastest.
+    Those are the types it has parameters for on which its submitted batch splits over
+    JobSpec.gang_gpus GPUs within its limits there (JobSpec.batch_on); a pinned job's, the type
+    of its GPUs. r is the job's throughput (models.throughput) on JobSpec.gang_gpus GPUs of one
+    node of the type at its submitted batch split there (submitted_split), over the best of its
+    types: 1 on its fastest.
     """
     if len(ri.cluster.gpu_types) < 2:
         return ()
     size = job.gang_gpus
-    micro, accum = submitted_split(job, size)
-    speed = {t: float(throughput(job.throughput[t], 1, size, micro, accum))
-             for t in sorted(ri.cluster.gpu_types & job.throughput.keys())}
-    fastest = max(speed.values())
+    types = _runs_on(ri, job)
+    if job.pinned:
+        types = [t for t in _held_types(job, {n.id: n.gpu_type for n in ri.cluster.nodes}) if t in types]
+    speed = {t: float(throughput(job.throughput[t], 1, size, *submitted_split(job, size, t)))
+             for t in types if _batch_fits(job, size, t)}
+    fastest = max(speed.values(), default=1.0)
     return tuple((t, v / fastest) for t, v in speed.items())
 
 
@@ -221,7 +270,7 @@ def placement_view(ri: RoundInput) -> PlacementView:
     """The round's PlacementInput (module docstring); InputError if the formulation cannot take it.
 
     A GPU carries its node's type; on a cluster of several types each job carries its
-    `type_speeds`.
+    `type_speeds`; a pinned job is pinned to its current GPUs.
     """
     found = _problems(ri)
     if found:
@@ -232,7 +281,7 @@ def placement_view(ri: RoundInput) -> PlacementView:
     gpus = tuple(PlacementGpu(key, ref.node, {c: nodes[ref.node].gpu_slowdown(ref.gpu, c) for c in classes},
                               nodes[ref.node].gpu_type) for key, ref in refs.items())
     jobs = tuple(PlacementJob(job.id, job.gang_gpus, job.variability_class, tuple(ref.key for ref in job.current_gpus),
-                              type_speed=type_speeds(ri, job)) for job in ri.jobs)
+                              type_speed=type_speeds(ri, job), pinned=job.pinned) for job in ri.jobs)
     topology = ri.cluster.topology
     across_node = topology.across_node_factor if topology is not None else 1.0
     return PlacementView(ri, PlacementInput(gpus, jobs, across_node, restart_penalty=0.0), refs)
@@ -344,8 +393,9 @@ def placement_model(round_input: RoundInput) -> PlacementRoundModel | WindowedPl
     The model of formulations.placement's module docstring: one MILP up to EXACT_MAX_GPUS GPUs,
     windows of it above, both warm-started from PAL's greedy placement. InputError
     (placement_view) when the formulation cannot take the round: a job with parameters for
-    none of several GPU types, a job that cannot run on its gang size, or jobs needing more GPUs
-    than the cluster has (or, from PAL's greedy, than their types have).
+    none of several GPU types, a job that cannot run on its gang size (its batch within its
+    limits on no type it may run on), a pinned job whose gang size is not the GPUs it holds, or
+    jobs needing more GPUs than the cluster has (or, from PAL's greedy, than their types have).
     """
     view = placement_view(round_input)
     greedy = pal_greedy(view.pi, np.random.default_rng(round_input.settings.seed))

@@ -239,13 +239,14 @@ def split_fixed_batch(total_bsz: int, num_replicas: int, limits: BatchLimits) ->
     return max(micro, 1), accum
 
 
-def submitted_split(job: JobSpec, num_gpus: int) -> tuple[int, int]:
+def submitted_split(job: JobSpec, num_gpus: int, gpu_type: str | None = None) -> tuple[int, int]:
     """(micro-batch, accumulation steps) of a job at its submitted batch on `num_gpus` GPUs.
 
     The submitted batch is JobSpec.submitted_bsz; policies that do not adapt the batch (the
-    baselines, PAL's placement) run jobs this way (`split_fixed_batch`).
+    baselines, PAL's placement) run jobs this way (`split_fixed_batch`), within the job's batch
+    limits on `gpu_type` (JobSpec.batch_on; None: its own, JobSpec.batch).
     """
-    return split_fixed_batch(job.submitted_bsz, num_gpus, job.batch)
+    return split_fixed_batch(job.submitted_bsz, num_gpus, job.batch if gpu_type is None else job.batch_on(gpu_type))
 
 
 # Shapes valued per block: a block's (grid x shapes) temporaries stay in cache. One call over all

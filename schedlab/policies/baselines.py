@@ -52,14 +52,15 @@ def _params(job: JobSpec, gpu_type: str | None = None) -> ThroughputParams:
     return job.throughput[gpu_type] if gpu_type is not None else next(iter(job.throughput.values()))
 
 
-def fixed_allocation(job: JobSpec, gpus: tuple[GpuRef, ...], gpu_type: str | None = None) -> JobAllocation:
-    """The allocation of a job training at its submitted batch on `gpus` (of `gpu_type`)."""
+def fixed_allocation(job: JobSpec, gpus: tuple[GpuRef, ...], gpu_type: str) -> JobAllocation:
+    """The allocation of a job training at its submitted batch on `gpus`, of `gpu_type`."""
     if not gpus:
         return JobAllocation(job.id)
     r = len(gpus)
-    micro, accum, value = _fixed_run(_params(job, gpu_type), job.grad_stats, job.batch, job.submitted_bsz,
+    micro, accum, value = _fixed_run(_params(job, gpu_type), job.grad_stats, job.batch_on(gpu_type), job.submitted_bsz,
                                      len({g.node for g in gpus}), r)
-    return JobAllocation(job.id, gpus, r * micro * (accum + 1), micro, accum, value, 0.0, job.restarted_on(gpus))
+    return JobAllocation(job.id, gpus, r * micro * (accum + 1), micro, accum, value, 0.0, job.restarted_on(gpus),
+                         projected=job.projected_on(gpu_type))
 
 
 @lru_cache(maxsize=1 << 16)  # every round asks again for the same jobs on the same shapes
@@ -86,7 +87,7 @@ def arrival_order(jobs: tuple[JobSpec, ...]) -> list[JobSpec]:
 def _result(round_input: RoundInput, name: str, gpus: dict[str, tuple[GpuRef, ...]], t0: float) -> RoundResult:
     """The verified RoundResult of jobs on `gpus` at their submitted batches (status heuristic)."""
     held = {j.id: gpus.get(j.id, ()) for j in round_input.jobs}
-    allocations = tuple(fixed_allocation(j, held[j.id], _gpu_type(round_input.cluster, held[j.id]) if held[j.id] else None)
+    allocations = tuple(fixed_allocation(j, held[j.id], _gpu_type(round_input.cluster, held[j.id]) if held[j.id] else "")
                         for j in round_input.jobs)
     verify(round_input, allocations)
     return RoundResult(allocations, HEURISTIC, name, math.nan, math.nan, math.nan, 0.0,
@@ -108,12 +109,22 @@ class _FreeByType:
 
     def fit(self, job: JobSpec, count: int, cluster: Cluster) -> str | None:
         """The type of the job's GPUs if it holds some and `count` fit there (it stays), else the
-        type it has a model for with the most free GPUs, at least `count` (ties: cluster order);
-        None if none has that many."""
+        type it has a model for and its batch fits on `count` GPUs of, with the most free GPUs,
+        at least `count` (ties: cluster order); None if none has that many."""
         if job.current_gpus and self.left[current := _gpu_type(cluster, job.current_gpus)] >= count:
             return current
-        fits = [t for t, left in self.left.items() if left >= count and t in job.throughput]
+        fits = [t for t, left in self.left.items()
+                if left >= count and t in job.throughput and _runs_its_batch_on(job, count, t)]
         return max(fits, key=self.left.__getitem__) if fits else None
+
+    def keep_pinned(self, round_input: RoundInput) -> tuple[dict[str, int], dict[str, str]]:
+        """The pinned jobs' GPU counts and types, their GPUs taken (they keep them this round)."""
+        counts, types = {}, {}
+        for job in round_input.jobs:
+            if job.pinned:
+                counts[job.id], types[job.id] = len(job.current_gpus), _gpu_type(round_input.cluster, job.current_gpus)
+                self.take(types[job.id], counts[job.id])
+        return counts, types
 
     def take(self, gpu_type: str, count: int) -> None:
         """Count `count` GPUs of `gpu_type` taken."""
@@ -122,12 +133,12 @@ class _FreeByType:
 
 def _place(round_input: RoundInput, counts: dict[str, int], types: dict[str, str],
            order: list[JobSpec]) -> dict[str, tuple[GpuRef, ...]]:
-    """Keep the GPUs of jobs whose count and type are unchanged; place the others in `order`,
-    each on the nodes of its type."""
+    """Keep the GPUs of pinned jobs and of jobs whose count and type are unchanged; place the
+    others in `order`, each on the nodes of its type."""
     cluster = round_input.cluster
     kept = {j.id: j.current_gpus for j in round_input.jobs
-            if j.current_gpus and len(j.current_gpus) == counts.get(j.id, 0)
-            and _gpu_type(cluster, j.current_gpus) == types[j.id]}
+            if j.current_gpus and (j.pinned or len(j.current_gpus) == counts.get(j.id, 0)
+                                   and _gpu_type(cluster, j.current_gpus) == types[j.id])}
     free = NodeState(cluster)
     for gpus in kept.values():
         free.take_exact(gpus)
@@ -142,10 +153,11 @@ def _place(round_input: RoundInput, counts: dict[str, int], types: dict[str, str
     return out
 
 
-def _runs_its_batch_on(job: JobSpec, num_gpus: int) -> bool:
-    """Whether the job's submitted batch splits over num_gpus GPUs within its per-GPU limits."""
-    micro, _ = submitted_split(job, num_gpus)
-    return job.batch.min_local_bsz <= micro <= job.batch.max_local_bsz
+def _runs_its_batch_on(job: JobSpec, num_gpus: int, gpu_type: str) -> bool:
+    """Whether the job's submitted batch splits over num_gpus GPUs of `gpu_type` within its per-GPU limits there."""
+    micro, _ = submitted_split(job, num_gpus, gpu_type)
+    limits = job.batch_on(gpu_type)
+    return limits.min_local_bsz <= micro <= limits.max_local_bsz
 
 
 @dataclass
@@ -171,8 +183,11 @@ class TiresiasPolicy:
                 self._demoted[job.id] = len(self._demoted)
         queue0 = [j for j in jobs if j.id not in self._demoted]
         queue1 = sorted((j for j in jobs if j.id in self._demoted), key=lambda j: self._demoted[j.id])
-        free, counts, types = _FreeByType(round_input.cluster), {}, {}
+        free = _FreeByType(round_input.cluster)
+        counts, types = free.keep_pinned(round_input)
         for job in queue0 + queue1:
+            if job.id in counts:
+                continue
             gpu_type = free.fit(job, job.gang_gpus, round_input.cluster)
             if gpu_type is not None:
                 counts[job.id], types[job.id] = job.gang_gpus, gpu_type
@@ -194,12 +209,15 @@ class OptimusPolicy:
         return _packed_step_s(_params(job, gpu_type), job.batch, job.submitted_bsz, num_replicas, gpus_per_node)
 
     def schedule(self, round_input: RoundInput) -> RoundResult:
-        """Its fewest GPUs (one, unless min_gpus says more) per job while they last, then each GPU
-        to the largest drop in remaining time."""
+        """Pinned jobs on their GPUs; its fewest GPUs (one, unless min_gpus says more) per other job
+        while they last, then each GPU to the largest drop in remaining time."""
         t0 = time.perf_counter()
         gpus_per_node = max(n.gpus for n in round_input.cluster.nodes)
-        free, counts, types = _FreeByType(round_input.cluster), {}, {}
+        free = _FreeByType(round_input.cluster)
+        counts, types = free.keep_pinned(round_input)
         for job in round_input.jobs:
+            if job.id in counts:
+                continue
             gpu_type = free.fit(job, job.min_gpus, round_input.cluster)
             if gpu_type is not None:
                 counts[job.id], types[job.id] = job.min_gpus, gpu_type
@@ -207,7 +225,7 @@ class OptimusPolicy:
 
         def marginal_gain(job: JobSpec) -> float:
             r, gpu_type = counts[job.id], types[job.id]
-            if r + 1 > job.max_gpus or free.left[gpu_type] < 1:
+            if job.pinned or r + 1 > job.max_gpus or free.left[gpu_type] < 1:
                 return 0.0
             saved = (self.predicted_step_s(job, r, gpus_per_node, gpu_type)
                      - self.predicted_step_s(job, r + 1, gpus_per_node, gpu_type))
@@ -237,14 +255,18 @@ class FifoPolicy:
     def schedule(self, round_input: RoundInput) -> RoundResult:
         """Running jobs keep their GPUs; the oldest waiting jobs start while their requests fit."""
         t0 = time.perf_counter()
-        # a running job stays on its GPUs, unless its batch cannot run on that many (a round
-        # handed over from another policy): then it queues again at its requested count
+        # a running job stays on its GPUs, unless its batch cannot run on that many there (a
+        # round handed over from another policy): then it queues again at its requested count.
+        # A pinned job stays.
         cluster, free = round_input.cluster, _FreeByType(round_input.cluster)
-        counts, types = {}, {}
+        counts, types = free.keep_pinned(round_input)
         for job in round_input.jobs:
-            if job.current_gpus and _runs_its_batch_on(job, len(job.current_gpus)):
-                counts[job.id], types[job.id] = len(job.current_gpus), _gpu_type(cluster, job.current_gpus)
-                free.take(types[job.id], counts[job.id])
+            if job.id in counts or not job.current_gpus:
+                continue
+            current = _gpu_type(cluster, job.current_gpus)
+            if _runs_its_batch_on(job, len(job.current_gpus), current):
+                counts[job.id], types[job.id] = len(job.current_gpus), current
+                free.take(current, counts[job.id])
         for job in arrival_order(round_input.jobs):
             if job.id in counts:
                 continue

@@ -15,7 +15,8 @@ A schedule gives every GPU slot (node-major) to one job or to none. One generati
 4. reorder (repair): each job's slot count becomes one configuration of the round's option
    set (formulations.options): its exact current GPUs if the largest shape its slots allow
    is the size it holds now (wherever the slots are: a slot's position is only a placement
-   hint), else the largest shape that fits its count; configurations are placed stayers
+   hint) or the job is pinned (JobSpec.pinned: it always stays), else the largest shape that
+   fits its count; configurations are placed stayers
    first, then largest first, on the node holding most of the job's slots (fewest moves);
    jobs that no longer fit drop;
 5. selection: the best `population` of parents and children survive.
@@ -53,7 +54,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schedlab.formulations.options import OptionSet, enumerate_options, option_goodput, restart_cost_s, utility
+from schedlab.formulations.options import (
+    OptionSet,
+    enumerate_options,
+    option_goodput,
+    pinned_stays,
+    restart_cost_s,
+    utility,
+)
 from schedlab.formulations.packing import NodeState
 from schedlab.state import GpuRef, JobSpec, RoundInput
 
@@ -147,8 +155,13 @@ class _Limits:
 
 
 def round_values(ri: RoundInput, cfg: EvolutionConfig) -> RoundValues:
-    """Every configuration of the round (formulations.options) valued under cfg's batch rule and fitness."""
+    """Every configuration of the round (formulations.options) valued under cfg's batch rule and fitness.
+
+    Options are valued within each job's batch limits on their GPU type (JobSpec.batch_on).
+    InputError (options.pinned_stays) for a pinned job that cannot stay.
+    """
     opts = enumerate_options(ri)
+    pinned_stays(opts)
     jobs = ri.jobs
     init = np.array([jobs[j].batch.init_bsz for j in opts.job], dtype=float)
     if cfg.batch_rule == "linear":
@@ -282,9 +295,9 @@ class Evolution:
         chosen = np.full(len(ri.jobs), -1)
         state = NodeState(ri.cluster)
         placed: dict[int, tuple[GpuRef, ...]] = {}
-        for j, job in enumerate(ri.jobs):  # stayers: the size it holds now -> the same GPUs
-            if job.running and j in opts.stay_nodes and _largest_size(vals, j, min(counts[j], caps[j])) \
-                    == len(job.current_gpus) and state.take_exact(job.current_gpus):
+        for j, job in enumerate(ri.jobs):  # stayers: pinned, or the size it holds now -> the same GPUs
+            if job.running and j in opts.stay_nodes and (job.pinned or _largest_size(vals, j, min(counts[j], caps[j]))
+                                                         == len(job.current_gpus)) and state.take_exact(job.current_gpus):
                 chosen[j] = opts.stay_option(j)
                 placed[j] = job.current_gpus
         for j in np.argsort(-counts, kind="stable"):

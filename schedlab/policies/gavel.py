@@ -15,7 +15,10 @@ time job j should run on GPU type t, then:
    one fits (best fit), else on whole nodes, else over the nodes with the most free GPUs
    (consolidated placement preferred, as Gavel's strided assignment).
 
-Jobs are rigid: they train at their submitted batch (JobSpec.submitted_bsz) on their gang.
+Jobs are rigid: they train at their submitted batch (JobSpec.submitted_bsz) on their gang, split
+within their batch limits on the type (JobSpec.batch_on): a type on which that split does not fit
+is not tried. A pinned job (JobSpec.pinned) runs on the GPUs it holds before any entry is
+scheduled; an allocation on a type the job's parameters were projected for says so.
 Registered policies:
 
 gavel_las           heterogeneity-aware LAS (Gavel's max_min_fairness_perf)
@@ -101,10 +104,18 @@ def _allocation(job: JobSpec, gpu_type: str, gpus: tuple[GpuRef, ...]) -> JobAll
     if not gpus:
         return JobAllocation(job.id)
     r = len(gpus)
-    micro, accum = submitted_split(job, r)
+    micro, accum = submitted_split(job, r, gpu_type)
     value = float(goodput(job.throughput[gpu_type], job.grad_stats, job.batch.init_bsz, len({g.node for g in gpus}), r,
                           micro, accum))
-    return JobAllocation(job.id, gpus, r * micro * (accum + 1), micro, accum, value, 0.0, job.restarted_on(gpus))
+    return JobAllocation(job.id, gpus, r * micro * (accum + 1), micro, accum, value, 0.0, job.restarted_on(gpus),
+                         projected=job.projected_on(gpu_type))
+
+
+def _fits(job: JobSpec, num_gpus: int, gpu_type: str) -> bool:
+    """Whether the job's submitted batch splits over num_gpus GPUs of `gpu_type` within its limits there."""
+    micro, _ = submitted_split(job, num_gpus, gpu_type)
+    limits = job.batch_on(gpu_type)
+    return limits.min_local_bsz <= micro <= limits.max_local_bsz
 
 
 @dataclass
@@ -195,11 +206,16 @@ class GavelLasPolicy:
         kinds = {n.id: n.gpu_type for n in round_input.cluster.nodes}
         current = {j: type_index[kinds[job.current_gpus[0].node]] for j, job in enumerate(round_input.jobs)
                    if job.current_gpus}
+        for j, job in enumerate(round_input.jobs):  # pinned: on the GPUs it holds, first
+            if job.pinned:
+                chosen[j] = current[j]
+                free[current[j]] -= len(job.current_gpus)
         for j, types in self._entries(inp, x, self.received(inp), current):
             if j in chosen:
                 continue
             for t in types:
-                if inp.throughput[j, t] > 0 and inp.scale[j] <= free[t]:
+                if (inp.throughput[j, t] > 0 and inp.scale[j] <= free[t]
+                        and _fits(round_input.jobs[j], int(inp.scale[j]), inp.gpu_types[t])):
                     chosen[j] = t
                     free[t] -= inp.scale[j]
                     break
@@ -214,8 +230,8 @@ class GavelLasPolicy:
 
     @staticmethod
     def _place(round_input: RoundInput, inp: GavelInput, chosen: dict[int, int]) -> dict[int, tuple[GpuRef, ...]]:
-        """Concrete GPUs of the chosen jobs: those keeping their type keep their GPUs, the others
-        largest gang first (`take_gang`)."""
+        """Concrete GPUs of the chosen jobs: pinned ones and those keeping their type keep their
+        GPUs, the others largest gang first (`take_gang`)."""
         cluster = round_input.cluster
         state = NodeState(cluster)
         nodes_of = {t: tuple(k for k, n in enumerate(cluster.nodes) if n.gpu_type == name)
@@ -224,7 +240,10 @@ class GavelLasPolicy:
         out: dict[int, tuple[GpuRef, ...]] = {}
         for j, t in chosen.items():
             current = round_input.jobs[j].current_gpus
-            if (len(current) == inp.scale[j] and all(type_of_node[g.node] == inp.gpu_types[t] for g in current)
+            if round_input.jobs[j].pinned:
+                state.take_exact(current)
+                out[j] = current
+            elif (len(current) == inp.scale[j] and all(type_of_node[g.node] == inp.gpu_types[t] for g in current)
                     and state.take_exact(current)):
                 out[j] = current
         for j in sorted(set(chosen) - set(out), key=lambda j: (-inp.scale[j], j)):

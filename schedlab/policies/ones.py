@@ -1,7 +1,9 @@
 """`ones`: the ONES-style evolutionary search (policies.evolutionary) as a policy.
 
-Jobs train at the batch the search allocates (linear scaling from the initial batch, capped),
-with at most 4x their requested GPUs (set by the replay, as ONES caps growth at 4x).
+Jobs train at the batch the search allocates (linear scaling from the initial batch, capped,
+split within their batch limits on the type of their GPUs), with at most 4x their requested GPUs
+(set by the replay, as ONES caps growth at 4x); a pinned job stays on its GPUs, and an
+allocation on a type the job's parameters were projected for says so.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class OnesPolicy:
         ri = replace(round_input, settings=self.settings)
         chosen, placement, vals, generations = self._evolution.search(ri)
         opts = vals.opts
+        kinds = {n.id: n.gpu_type for n in ri.cluster.nodes}
         allocations: list[JobAllocation] = []
         objective = 0.0
         for j, job in enumerate(ri.jobs):
@@ -59,7 +62,7 @@ class OnesPolicy:
             allocations.append(JobAllocation(
                 job.id, gpus, int(vals.total_bsz[c]), int(vals.local_bsz[c]), int(vals.accum_steps[c]),
                 float(opts.goodput[c]), float(opts.speedup[c]),
-                restarted=job.restarted_on(gpus)))
+                restarted=job.restarted_on(gpus), projected=job.projected_on(kinds[gpus[0].node])))
         verify(ri, tuple(allocations))
         return RoundResult(tuple(allocations), HEURISTIC, "evolutionary", float(objective), math.nan, math.nan, 0.0,
                            time.perf_counter() - t0, True, f"{generations} generations")

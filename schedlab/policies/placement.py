@@ -1,7 +1,8 @@
 """Placement policies: which concrete GPUs each chosen job gets (PAL's comparison set).
 
 Each placement function maps a PlacementInput (the jobs chosen this round, the GPUs they may use)
-and a seeded Generator to job id -> GPU ids, every job getting exactly its GPU count.
+and a seeded Generator to job id -> GPU ids, every job getting exactly its GPU count; each places
+the pinned jobs first, on their current GPUs (placement_problem.pinned_placement).
   pal               PAL's greedy as published (Jain et al. SC'24, Alg. 1;
                     formulations.placement_greedy.pal_greedy, also the exact model's warm start).
   pm_first          GPUs sorted by the job's class slowdown; ties prefer the node holding the
@@ -41,6 +42,7 @@ from schedlab.formulations.placement_problem import (
     Placement,
     PlacementInput,
     PlacementJob,
+    pinned_placement,
     placement_objective,
     type_plan,
 )
@@ -57,6 +59,12 @@ __all__ = ["QUEUE_ORDERS", "ExactPlacementPolicy", "GreedyPlacementPolicy", "Mil
 
 def _free(pi: PlacementInput) -> list[str]:
     return [g.id for g in pi.gpus]
+
+
+def _left(pi: PlacementInput, placed: Placement) -> list[str]:
+    """The offered GPUs that `placed` leaves free, in order."""
+    held = {g for gpus in placed.values() for g in gpus}
+    return [g for g in _free(pi) if g not in held]
 
 
 def _sf(pi: PlacementInput, job: PlacementJob, gpu: str) -> float:
@@ -94,11 +102,12 @@ def pm_first(pi: PlacementInput, rng: np.random.Generator) -> Placement:
     On a cluster of several GPU types each job takes GPUs of its type_plan type. `rng` is
     unused: every placement function takes one (the random placement draws from it).
     """
-    free, out, plan = _free(pi), {}, _planned(pi)
-    for job in pi.jobs:
+    out, plan = pinned_placement(pi), _planned(pi)
+    free = _left(pi, out)
+    for job in (job for job in pi.jobs if job.id not in out):
         out[job.id] = tuple(pm_take(pi, job, free, None if plan is None else plan[job.id]))
         free = [g for g in free if g not in out[job.id]]
-    return out
+    return {job.id: out[job.id] for job in pi.jobs}
 
 
 def _pack(pi: PlacementInput, job: PlacementJob, free: list[str], gpu_type: str | None) -> list[str]:
@@ -129,7 +138,7 @@ def packed_sticky(pi: PlacementInput, rng: np.random.Generator) -> Placement:
     out = {j.id: tuple(sorted(j.current_gpus)) for j in pi.jobs
            if j.current_gpus and len(j.current_gpus) == j.num_gpus and all(g in pi.gpu_index for g in j.current_gpus)
            and (plan is None or {pi.gpu_index[g].gpu_type for g in j.current_gpus} == {plan[j.id]})}
-    free = [g for g in _free(pi) if all(g not in gs for gs in out.values())]
+    free = _left(pi, out)
     for job in pi.jobs:
         if job.id not in out:
             out[job.id] = tuple(_pack(pi, job, free, None if plan is None else plan[job.id]))
@@ -144,8 +153,9 @@ def packed_nonsticky(pi: PlacementInput, rng: np.random.Generator) -> Placement:
     running job may move; each on its type_plan type on a cluster of several types. `rng` is
     unused.
     """
-    free, out, plan = _free(pi), {}, _planned(pi)
-    for job in sorted(pi.jobs, key=lambda j: -j.num_gpus):
+    out, plan = pinned_placement(pi), _planned(pi)
+    free = _left(pi, out)
+    for job in sorted((job for job in pi.jobs if job.id not in out), key=lambda j: -j.num_gpus):
         out[job.id] = tuple(_pack(pi, job, free, None if plan is None else plan[job.id]))
         free = [g for g in free if g not in out[job.id]]
     return {job.id: out[job.id] for job in pi.jobs}
@@ -157,12 +167,14 @@ def random_placement(pi: PlacementInput, rng: np.random.Generator) -> Placement:
     On a cluster of several GPU types each job takes the first GPUs of the permutation of its
     type_plan type.
     """
-    free, out, plan = [str(g) for g in rng.permutation(_free(pi))], {}, _planned(pi)
-    for job in pi.jobs:
+    out, plan = pinned_placement(pi), _planned(pi)
+    held = {g for gpus in out.values() for g in gpus}
+    free = [str(g) for g in rng.permutation(_free(pi)) if g not in held]
+    for job in (job for job in pi.jobs if job.id not in out):
         out[job.id] = tuple(sorted(_of_type(pi, free, None if plan is None else plan[job.id])[: job.num_gpus]))
         taken = set(out[job.id])
         free = [g for g in free if g not in taken]
-    return out
+    return {job.id: out[job.id] for job in pi.jobs}
 
 
 # PAL's queue orders: the sort key of a job (smallest first).
@@ -176,12 +188,12 @@ QUEUE_ORDERS: dict[str, Callable[[JobSpec], float]] = {
 def pal_queue(round_input: RoundInput, order: str, backfill: bool = False) -> dict[str, int]:
     """PAL's cut of the queue: which jobs run this round, on how many GPUs.
 
-    Jobs are taken in `order` (ties: oldest first, then input order) while their GPUs
-    (JobSpec.gang_gpus) fit in the cluster's GPUs left; the first that does not fit stops the
-    queue, unless `backfill`, which goes on with the jobs behind it. On a cluster of several GPU
+    Pinned jobs run, first; the others are taken in `order` (ties: oldest first, then input
+    order) while their GPUs (JobSpec.gang_gpus) fit in the cluster's GPUs left; the first that
+    does not fit stops the queue, unless `backfill`, which goes on with the jobs behind it. On a cluster of several GPU
     types a job fits when a type it can run on has its GPUs left, and counts against the fastest
-    such type for it (placement_round.type_speeds; ties: the most left, then the name), so the
-    jobs chosen fit on their types together.
+    such type for it (placement_round.type_speeds, a pinned job's: its GPUs'; ties: the most
+    left, then the name), so the jobs chosen fit on their types together.
 
     Parameters
     ----------
@@ -200,9 +212,9 @@ def pal_queue(round_input: RoundInput, order: str, backfill: bool = False) -> di
     key, left, counts = QUEUE_ORDERS[order], Counter[str](), {}
     for node in round_input.cluster.nodes:
         left[node.gpu_type] += node.gpus
-    for job in sorted(round_input.jobs, key=lambda j: (key(j), -j.age_s)):
+    for job in sorted(round_input.jobs, key=lambda j: (not j.pinned, key(j), -j.age_s)):
         size = job.gang_gpus
-        speeds = dict(type_speeds(round_input, job)) or dict.fromkeys(left, 1.0)
+        speeds = dict(type_speeds(round_input, job)) if len(left) > 1 else dict.fromkeys(left, 1.0)
         fits = [t for t, r in speeds.items() if left[t] >= size]
         if fits:
             counts[job.id] = size
