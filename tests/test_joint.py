@@ -3,26 +3,24 @@ its special case (no variability, no topology)."""
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import replace
 
 import numpy as np
 import pyomo.environ as pyo
 import pytest
+from brute_force import joint_best
 from conftest import tiny_round
 
 from schedlab.api import solve_round
 from schedlab.bench import random_round
 from schedlab.formulations import FORMULATIONS
 from schedlab.formulations.joint import joint_model
-from schedlab.formulations.joint_options import enumerate_joint_options, tiers
-from schedlab.formulations.options import chain_levels, restart_factor, utility
+from schedlab.formulations.joint_options import enumerate_joint_options
 from schedlab.milp import set_start
-from schedlab.models.efficiency import best_batch
 from schedlab.solvers.highs_direct import solve_highs
 from schedlab.solvers.pyomo_backend import solve_appsi_highs
-from schedlab.state import Cluster, GpuRef, Node, Rack, RoundInput, Settings, ThroughputParams, Topology
+from schedlab.state import Cluster, Node, Rack, RoundInput, Settings, Topology
 from schedlab.verify import verify
 
 
@@ -44,84 +42,6 @@ def _with_world(rng: np.random.Generator, ri: RoundInput, racks: bool, per_node:
     return replace(ri, cluster=Cluster(tuple(nodes), topology), jobs=jobs)
 
 
-def _signatures(ri: RoundInput, node: Node) -> set[tuple[float, ...]]:
-    """The node's GPUs' tiers in every class in play (alike GPUs have one signature)."""
-    classes = sorted({j.variability_class for j in ri.jobs})
-    nodes = ri.cluster.nodes
-    tier = {c: tiers([n.gpu_slowdown(i, c) for n in nodes for i in range(n.gpus)], ri.settings.tier_tolerance)
-            for c in classes}
-    return {tuple(tier[c][node.gpu_slowdown(i, c)] for c in classes) for i in range(node.gpus)}
-
-
-def _shapes(ri: RoundInput, job) -> list[tuple[GpuRef, ...]]:
-    """Every concrete GPU set the job may take: its current GPUs, on one node a chain size (any
-    size where the node's GPUs are not all alike), or two or more whole nodes of one size."""
-    out = set()
-    if job.running and job.min_gpus <= len(job.current_gpus) <= job.max_gpus:
-        out.add(tuple(sorted(job.current_gpus)))
-    for n in ri.cluster.nodes:
-        sizes = range(1, n.gpus + 1) if len(_signatures(ri, n)) > 1 else chain_levels(n.gpus) if n.gpus else ()
-        for d in sizes:
-            out |= {tuple(GpuRef(n.id, i) for i in c) for c in itertools.combinations(range(n.gpus), d)}
-    by_size: dict[int, list[Node]] = {}
-    for n in ri.cluster.nodes:
-        by_size.setdefault(n.gpus, []).append(n)
-    for size, nodes in by_size.items():
-        for k in range(2, len(nodes) + 1):
-            for combo in itertools.combinations(nodes, k):
-                out.add(tuple(GpuRef(n.id, i) for n in combo for i in range(size)))
-    return [s for s in out if job.min_gpus <= len(s) <= job.max_gpus]
-
-
-def _value(ri: RoundInput, j: int, gpus: tuple[GpuRef, ...], fair: float) -> float:
-    """The speedup a placement gives, restated from the docstring: compute x the worst tier, sync
-    x B_ref / B across racks, the step x across_node_factor when spread."""
-    job, cluster = ri.jobs[j], ri.cluster
-    node = {n.id: n for n in cluster.nodes}
-    cls = job.variability_class
-    classes = sorted({jj.variability_class for jj in ri.jobs})
-    tier = {c: tiers([n.gpu_slowdown(i, c) for n in cluster.nodes for i in range(n.gpus)], ri.settings.tier_tolerance)
-            for c in classes}
-    tau = max(tier[cls][node[g.node].gpu_slowdown(g.gpu, cls)] for g in gpus)
-    nodes = {g.node for g in gpus}
-    topo = cluster.topology or Topology()
-    rack = {n: r.id for r in topo.racks for n in r.nodes}
-    sync = 1.0
-    if len({rack.get(n) for n in nodes}) > 1:
-        sync = topo.node_gbps / min(topo.node_gbps, min(r.uplink_gbps for r in topo.racks))
-    spread = topo.across_node_factor if len(nodes) > 1 else 1.0
-    p = job.throughput[node[gpus[0].node].gpu_type]
-    scaled = ThroughputParams(p.alpha_c * tau * spread, p.beta_c * tau * spread, p.alpha_n * sync * spread,
-                              p.beta_n * sync * spread, p.alpha_r * spread, p.beta_r * spread, p.gamma)
-    good = float(best_batch(scaled, job.grad_stats, job.batch, len(nodes), len(gpus), job.fixed_bsz or 0).goodput[0])
-    moved = job.running and tuple(sorted(gpus)) != tuple(sorted(job.current_gpus))
-    return good / fair * (restart_factor(job, ri.settings) if moved else 1.0)
-
-
-def _brute_force(ri: RoundInput) -> float:
-    opts = enumerate_joint_options(ri)
-    fair = {int(j): opts.goodput[c] / opts.speedup[c] for c, j in enumerate(opts.job) if opts.speedup[c] > 0}
-    per_job = []
-    for j, job in enumerate(ri.jobs):
-        choices = [(None, opts.U0[j], 0.0)]
-        if j in fair:
-            for gpus in _shapes(ri, job):
-                s = _value(ri, j, gpus, fair[j])
-                if s > 0:
-                    choices.append((frozenset(gpus), float(utility(np.array([s]), ri.settings.p)[0]), s))
-        per_job.append(choices)
-    best = -math.inf
-    for combo in itertools.product(*per_job):
-        used = [g for g, _, _ in combo if g is not None]
-        if sum(map(len, used)) != len(frozenset().union(*used)):
-            continue
-        total = sum(u for _, u, _ in combo)
-        if ri.settings.max_min:
-            total += 1e3 * len(ri.jobs) * min(s for _, _, s in combo)
-        best = max(best, total)
-    return best
-
-
 @pytest.mark.parametrize("p", [1.0, -1.0, -math.inf])
 def test_joint_equals_brute_force_over_every_placement(p):
     rng = np.random.default_rng(7)
@@ -129,7 +49,7 @@ def test_joint_equals_brute_force_over_every_placement(p):
         ri = _with_world(rng, tiny_round(rng, p=p, max_jobs=3, max_nodes=3), racks=bool(case % 2))
         result = solve_round(replace(ri, settings=replace(ri.settings, formulation="joint", mip_gap=0.0)))
         assert result.status == "optimal"
-        expected = _brute_force(ri)
+        expected = joint_best(ri)
         assert result.objective == pytest.approx(expected, abs=1e-6 * max(1.0, abs(expected))), case
 
 
@@ -142,7 +62,7 @@ def test_joint_equals_brute_force_where_many_nodes_share_a_signature():
         ri = _with_world(rng, base, racks=bool(case % 2), per_node=True)
         result = solve_round(replace(ri, settings=replace(ri.settings, formulation="joint", mip_gap=0.0)))
         assert result.status == "optimal"
-        expected = _brute_force(ri)
+        expected = joint_best(ri)
         assert result.objective == pytest.approx(expected, abs=1e-6 * max(1.0, abs(expected))), case
 
 
