@@ -32,7 +32,7 @@ from schedlab.formulations.placement_problem import (
 )
 from schedlab.formulations.placement_windows import search_windows, status, upper_bound
 from schedlab.milp import FAILED, TIME_LIMIT, MilpArrays, OneModel, SolveOutcome, Solver
-from schedlab.models.efficiency import submitted_split
+from schedlab.models.efficiency import submitted_fits, submitted_split
 from schedlab.models.throughput import throughput
 from schedlab.state import GpuRef, JobAllocation, JobSpec, RoundInput, Settings, Status
 
@@ -177,7 +177,7 @@ def _problems(ri: RoundInput) -> list[str]:
             found.append(f"jobs[{i}].pinned: job {job.id!r} is pinned to GPUs of types {types}, but runs on GPUs of "
                          f"one type among {_runs_on(ri, job)}; unpin it or give it parameters for its GPUs' type")
             continue
-        if not any(_batch_fits(job, size, t) for t in types):
+        if not any(submitted_fits(job, size, t) for t in types):
             what = f"jobs[{i}].pinned" if job.pinned else f"jobs[{i}]"
             found.append(f"{what}: its batch on {size} GPUs is {_outside(job, size, types)}; change requested_gpus "
                          "or its batch")
@@ -209,13 +209,6 @@ def _runs_on(ri: RoundInput, job: JobSpec) -> list[str]:
     several types, the one type otherwise."""
     types = ri.cluster.gpu_types
     return sorted(types & job.throughput.keys() if len(types) > 1 else types)
-
-
-def _batch_fits(job: JobSpec, num_gpus: int, gpu_type: str) -> bool:
-    """Whether the job's submitted batch splits over num_gpus GPUs of the type within its limits there."""
-    micro, _ = submitted_split(job, num_gpus, gpu_type)
-    b = job.batch_on(gpu_type)
-    return b.min_local_bsz <= micro <= b.max_local_bsz
 
 
 @dataclass(frozen=True)
@@ -261,7 +254,7 @@ def type_speeds(ri: RoundInput, job: JobSpec) -> tuple[tuple[str, float], ...]:
     if job.pinned:
         types = [t for t in _held_types(job, {n.id: n.gpu_type for n in ri.cluster.nodes}) if t in types]
     speed = {t: float(throughput(job.throughput[t], 1, size, *submitted_split(job, size, t)))
-             for t in types if _batch_fits(job, size, t)}
+             for t in types if submitted_fits(job, size, t)}
     fastest = max(speed.values(), default=1.0)
     return tuple((t, v / fastest) for t, v in speed.items())
 

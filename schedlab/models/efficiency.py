@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BATCH_GRID_POINTS", "BatchChoice", "BatchGrid", "batch_grid", "best_batch", "best_batch_shared", "best_on_grid",
            "efficiency", "gain", "goodput", "grid_goodput", "grid_totals", "split_fixed_batch", "split_local_batch",
-           "submitted_split"]
+           "submitted_fits", "submitted_split"]
 
 BATCH_GRID_POINTS = 50
 _EPS = 1e-8  # tolerance of Pollux's floor/ceil on batch sizes
@@ -247,6 +247,14 @@ def submitted_split(job: JobSpec, num_gpus: int, gpu_type: str | None = None) ->
     limits on `gpu_type` (JobSpec.batch_on; None: its own, JobSpec.batch).
     """
     return split_fixed_batch(job.submitted_bsz, num_gpus, job.batch if gpu_type is None else job.batch_on(gpu_type))
+
+
+def submitted_fits(job: JobSpec, num_gpus: int, gpu_type: str | None = None) -> bool:
+    """Whether the job's submitted batch splits over `num_gpus` GPUs (of `gpu_type`) within its
+    per-GPU limits there (submitted_split's micro-batch, against JobSpec.batch_on)."""
+    micro, _ = submitted_split(job, num_gpus, gpu_type)
+    limits = job.batch if gpu_type is None else job.batch_on(gpu_type)
+    return limits.min_local_bsz <= micro <= limits.max_local_bsz
 
 
 # Shapes valued per block: a block's (grid x shapes) temporaries stay in cache. One call over all

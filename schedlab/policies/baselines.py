@@ -28,7 +28,7 @@ from functools import lru_cache
 from typing import ClassVar
 
 from schedlab.formulations.packing import NodeState
-from schedlab.models.efficiency import goodput, split_fixed_batch, submitted_split
+from schedlab.models.efficiency import goodput, split_fixed_batch, submitted_fits
 from schedlab.models.throughput import step_time_s
 from schedlab.policies.base import HEURISTIC
 from schedlab.state import (
@@ -114,7 +114,7 @@ class _FreeByType:
         if job.current_gpus and self.left[current := _gpu_type(cluster, job.current_gpus)] >= count:
             return current
         fits = [t for t, left in self.left.items()
-                if left >= count and t in job.throughput and _runs_its_batch_on(job, count, t)]
+                if left >= count and t in job.throughput and submitted_fits(job, count, t)]
         return max(fits, key=self.left.__getitem__) if fits else None
 
     def keep_pinned(self, round_input: RoundInput) -> tuple[dict[str, int], dict[str, str]]:
@@ -151,13 +151,6 @@ def _place(round_input: RoundInput, counts: dict[str, int], types: dict[str, str
         if counts.get(job.id, 0) and job.id not in out:
             out[job.id] = free.take_most_free(counts[job.id], None if one_type else nodes_of[types[job.id]])
     return out
-
-
-def _runs_its_batch_on(job: JobSpec, num_gpus: int, gpu_type: str) -> bool:
-    """Whether the job's submitted batch splits over num_gpus GPUs of `gpu_type` within its per-GPU limits there."""
-    micro, _ = submitted_split(job, num_gpus, gpu_type)
-    limits = job.batch_on(gpu_type)
-    return limits.min_local_bsz <= micro <= limits.max_local_bsz
 
 
 @dataclass
@@ -264,7 +257,7 @@ class FifoPolicy:
             if job.id in counts or not job.current_gpus:
                 continue
             current = _gpu_type(cluster, job.current_gpus)
-            if _runs_its_batch_on(job, len(job.current_gpus), current):
+            if submitted_fits(job, len(job.current_gpus), current):
                 counts[job.id], types[job.id] = len(job.current_gpus), current
                 free.take(current, counts[job.id])
         for job in arrival_order(round_input.jobs):

@@ -61,7 +61,7 @@ from schedlab.formulations.gavel import (
 )
 from schedlab.formulations.packing import NodeState
 from schedlab.milp import OPTIMAL, SolveOutcome
-from schedlab.models.efficiency import goodput, submitted_split
+from schedlab.models.efficiency import goodput, submitted_fits, submitted_split
 from schedlab.policies.base import HEURISTIC
 from schedlab.solvers.registry import SolverEntry
 from schedlab.solvers.registry import solver as solver_entry
@@ -109,13 +109,6 @@ def _allocation(job: JobSpec, gpu_type: str, gpus: tuple[GpuRef, ...]) -> JobAll
                           micro, accum))
     return JobAllocation(job.id, gpus, r * micro * (accum + 1), micro, accum, value, 0.0, job.restarted_on(gpus),
                          projected=job.projected_on(gpu_type))
-
-
-def _fits(job: JobSpec, num_gpus: int, gpu_type: str) -> bool:
-    """Whether the job's submitted batch splits over num_gpus GPUs of `gpu_type` within its limits there."""
-    micro, _ = submitted_split(job, num_gpus, gpu_type)
-    limits = job.batch_on(gpu_type)
-    return limits.min_local_bsz <= micro <= limits.max_local_bsz
 
 
 @dataclass
@@ -215,7 +208,7 @@ class GavelLasPolicy:
                 continue
             for t in types:
                 if (inp.throughput[j, t] > 0 and inp.scale[j] <= free[t]
-                        and _fits(round_input.jobs[j], int(inp.scale[j]), inp.gpu_types[t])):
+                        and submitted_fits(round_input.jobs[j], int(inp.scale[j]), inp.gpu_types[t])):
                     chosen[j] = t
                     free[t] -= inp.scale[j]
                     break
