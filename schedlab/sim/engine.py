@@ -72,7 +72,7 @@ class ReplayResult:
         and penalty_spent (layer freezing), app_class, work_s (jobs of fixed work).
     rounds
         One row per scheduling round: time_s, active_jobs, solve_ms, status, objective,
-        running_jobs, gpus_used.
+        running_jobs, gpus_used (and gpus_used_<type> per GPU type of a mixed cluster).
     summary
         The metrics `schedlab replay` prints (sim.metrics.summarize, and freezing's).
     """
@@ -157,6 +157,8 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
                      gpu_type_view(policy))
     states = {j.name: JobState(j) for j in jobs}
     rounds: list[dict] = []
+    typed = _gpus_by_type(config.cluster)
+    node_type = {n.id: n.gpu_type for n in world.seen.nodes}
     # Only live jobs (submitted, not done) cost anything in a round: a trace of 82k jobs over
     # 109 days has a few hundred at a time. Live jobs keep the trace's order, as rounds see them.
     order = {j.name: i for i, j in enumerate(jobs)}
@@ -197,6 +199,9 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
         if idle_rounds >= STUCK_ROUNDS:
             raise ConfigError(_stuck_message(policy, live, total, idle_rounds))
         log |= {"running_jobs": len(running), "gpus_used": sum(len(s.gpus) for s in running)}
+        if typed:
+            held = collections.Counter(node_type[g.node] for s in running for g in s.gpus)
+            log |= {f"gpus_used_{t}": held[t] for t in typed}
         rounds.append(log)
         if on_round:
             on_round(now, done)
@@ -208,7 +213,15 @@ def _replay(jobs: tuple[TraceJob, ...], policy: Policy, config: ReplayConfig,
     states |= live
     jobs_df = _jobs_frame(states, runs, config.cluster.gpus_per_node)
     rounds_df = pd.DataFrame(rounds)
-    return ReplayResult(jobs_df, rounds_df, summarize(jobs_df, rounds_df, total, now) | _freeze_summary(jobs_df))
+    return ReplayResult(jobs_df, rounds_df, summarize(jobs_df, rounds_df, total, now, typed or None) | _freeze_summary(jobs_df))
+
+
+def _gpus_by_type(cluster: ClusterSpec) -> dict[str, int]:
+    """A mixed cluster's GPUs of each type, whose rounds count each type's GPUs in use (for
+    utilization per type); empty on one type, whose rounds and summary stay as they were."""
+    pools = cluster.node_pools
+    by_type = {t: sum(p.num_nodes * p.gpus_per_node for p in pools if p.gpu_type == t) for t in cluster.gpu_types}
+    return by_type if len(by_type) > 1 else {}
 
 
 @lru_cache(maxsize=4)
