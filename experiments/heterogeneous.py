@@ -1,14 +1,16 @@
 """Clusters of several GPU types: Gavel's policies on Gavel's world, and Sia against type-blind Pollux.
 
 Two sweeps (resumable):
-  - experiments/configs/heterogeneous_gavel.toml, world "gavel": Gavel's msr trace 0e4a51 of
-    seed 0, its first 554 jobs (those submitted in its first 30 days: a sweep keeps the world's
-    60-day horizon), on 36 V100 + 36 P100 + 36 K80 in servers of 4 GPUs, 360 s rounds, under
-    gavel_las_agnostic (type-blind LAS), gavel_las (heterogeneity-aware LAS), sia (goodput,
-    p = -0.5, each job's model per type), joint, tiresias and fifo. The largest of Gavel's
-    traces whose six replays, with the second sweep, take well under 15 minutes on 2 cores:
-    the whole of 0e4a51 (1,181 jobs over 85 days) takes 165 s under gavel_las alone, 200 s
-    under gavel_las_agnostic;
+  - experiments/configs/heterogeneous_gavel.toml, world "gavel": Gavel's msr trace 103959 of
+    seed 0, its first 345 jobs (those submitted in its first 40 days: a sweep keeps the world's
+    60-day horizon, which the later ones would not reach the end of), on 36 V100 + 36 P100 +
+    36 K80 in servers of 4 GPUs, 360 s rounds, under gavel_las_agnostic (type-blind LAS),
+    gavel_las (heterogeneity-aware LAS), sia (goodput, p = -0.5, each job's model per type),
+    joint, tiresias and fifo: 160 CPU s. Of Gavel's shipped traces, 0e4a51 (1,181 jobs, 85
+    days) and 6214e9 (2,000 jobs, 48 days) load the cluster more: 0e4a51 whole takes 165 s
+    under gavel_las alone and 200 s type-blind, and its first 554 jobs 370 s under sia alone,
+    three of its policies leaving jobs unfinished at 60 days; ed69ec (951 jobs, 76 days) does
+    not finish within them under tiresias; the rest hold 3 to 18 jobs;
   - experiments/configs/mixed_pollux.toml: the 8 Pollux workloads on 64 GPUs (24 T4 from
     Pollux's tables, 20 V100 and 20 K80 derived from them), 60 s rounds, under pollux
     (type-blind), sia and joint (type-aware).
@@ -16,7 +18,7 @@ Per policy: jobs finished, mean and p99 JCT, makespan, utilization overall and p
 (sim.metrics), the rounds' median and 95th-percentile solve time, averaged over the traces.
 Writes gavel.csv, mixed_pollux.csv and table.md to --out; the last line of --json has mean_jct_s
 per policy per world, las_aware_vs_agnostic (gavel_las / gavel_las_agnostic mean JCT) and
-sia_vs_pollux (sia / pollux mean JCT).
+sia_vs_pollux (sia / pollux mean JCT). The whole script: about 5 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ CONFIGS = Path(__file__).parent / "configs"  # the sweeps' grids, beside this sc
 SWEEPS = {"gavel": ("heterogeneous_gavel", "gavel"), "mixed_pollux": ("mixed_pollux", "workloads")}
 METRICS = {"jobs_completed": "sum", "jobs_total": "sum", "mean_jct_s": "mean", "p99_jct_s": "mean",
            "makespan_s": "mean", "utilization": "mean", "solve_p50_ms": "median", "solve_p95_ms": "median"}
+FLOATS = ",.10g"  # the tables' numbers: seconds whole with thousands separators, never 1e+06
 
 
 def per_policy(results: pd.DataFrame, labels: list[str]) -> pd.DataFrame:
@@ -45,7 +48,7 @@ def per_policy(results: pd.DataFrame, labels: list[str]) -> pd.DataFrame:
     table = results.groupby("policy").agg(**{m: (m, how) for m, how in (METRICS | dict.fromkeys(typed, "mean")).items()})
     columns = list(METRICS)
     columns[columns.index("utilization") + 1:columns.index("utilization") + 1] = typed
-    return table.reindex(labels)[columns].round(3)
+    return table.reindex(labels)[columns].round(3).round(dict.fromkeys(["mean_jct_s", "p99_jct_s", "makespan_s"], 0))
 
 
 def run(config: Path, overrides: dict, out: Path, processes: int) -> tuple[pd.DataFrame, list[str]]:
@@ -81,9 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     las = float(jct["gavel"]["gavel_las"] / jct["gavel"]["gavel_las_agnostic"])
     sia = float(jct["mixed_pollux"]["sia"] / jct["mixed_pollux"]["pollux"])
     text = ("## Gavel's msr traces, 36 V100 + 36 P100 + 36 K80 (servers of 4), 360 s rounds\n\n"
-            + tables["gavel"].to_markdown() + f"\n\ngavel_las / gavel_las_agnostic mean JCT: {las:.3f}\n\n"
+            + tables["gavel"].to_markdown(floatfmt=FLOATS) + f"\n\ngavel_las / gavel_las_agnostic mean JCT: {las:.3f}\n\n"
             "## Pollux workloads, 24 T4 + 20 V100 + 20 K80 (nodes of 4), 60 s rounds\n\n"
-            + tables["mixed_pollux"].to_markdown() + f"\n\nsia / pollux mean JCT: {sia:.3f}\n")
+            + tables["mixed_pollux"].to_markdown(floatfmt=FLOATS) + f"\n\nsia / pollux mean JCT: {sia:.3f}\n")
     (out / "table.md").write_text(text)
     print(text)
     if args.json:
