@@ -16,13 +16,15 @@ fraction of the time its MIP search takes to prove the same point. So (`lp_first
 Between the first neighbourhood and the others, reduced-cost fixing (exact): a point that
 moves an integer column off the bound where the LP leaves it loses at least the column's reduced
 cost |d_j| against the LP bound B (LP duality: z(x) <= B + sum_j d_j (x_j - x*_j)). So the MIP
-over the columns with |d_j| <= mip_gap |B| holds every point within the gap of B; where it is
-solved and its best point is not within the gap, no point is, and the MIP over the columns with
-|d_j| <= B - f (f: the best point's value) holds every better point: solved, it proves its
-answer optimal against its own bound. Three types of GPU at 2,048 GPUs / 1,000 jobs: about 2,800
-of 15,000 columns stay free in the first, solved in 0.1-0.3 s, where the neighbourhoods of
-jobs took 0.2-0.8 s and a round whose optimum lies 2.4e-4 below the LP bound needed the full
-MIP (12.6 s). It runs where it frees few columns (REDUCED_COST_MAX_SHARE).
+over the columns with |d_j| <= s holds every point within s of B; with s half the gap
+(REDUCED_COST_GAP_SHARE: rounds' optima lie 1e-5-5e-5 below B) a point it finds within the gap
+is optimal, and where it is solved, every point outside it is below B - s. Else the MIP over
+the columns with |d_j| <= B - f (f: the best point's value) holds every better point: solved,
+it proves its answer optimal against its own bound. Three types of GPU at 2,048 GPUs / 1,000
+jobs: about 2,200 of 15,000 columns stay free in the first, solved in 50-120 ms (the whole gap:
+2,800, 70-150 ms), where the neighbourhoods of jobs took 0.2-0.8 s and a round whose optimum
+lies 2.4e-4 below the LP bound needed the full MIP (12.6 s). It runs in large models where it
+frees few columns (REDUCED_COST_MIN_COLS, REDUCED_COST_MAX_SHARE).
 Rounding the fractional jobs down alone lands 1-3e-4 below the LP bound at 2,048 GPUs / 1,000
 jobs, where the integer optimum is within 1e-5-5e-5 of it; freeing the 32 jobs of smallest
 regret besides finds a point within 5e-5 in ~20 ms, where HiGHS's full MIP takes 0.3-2.5 s.
@@ -88,6 +90,14 @@ NEIGHBOURHOOD_MAX_SHARE = 0.5
 # took up to 0.8 s; one type: 38 %, 0.25-0.4 s where the 32-job neighbourhood proves in 20 ms;
 # joint at 2,048 GPUs: 35 %, 2-3 s where the last neighbourhood proves in 50 ms.
 REDUCED_COST_MAX_SHARE = 0.25
+# The first frees the columns a point within this share of the gap may move: on the rounds above
+# 0.5 found the same points as the whole gap, in 20-40 % less time; 0.25 missed 3 of 5.
+REDUCED_COST_GAP_SHARE = 0.5
+# ... and only in models of at least this many columns: below it the neighbourhoods of jobs and
+# the full MIP prove a round in milliseconds (a 64-GPU Pollux round: ~500 columns), and the
+# reduced-cost MIPs would only pick another point within the gap, moving replays that match
+# Pollux's artifact.
+REDUCED_COST_MIN_COLS = 2_000
 ADJACENT_PER_ROW = 16  # the last neighbourhood: units freed per row a fractional column lies in
 
 
@@ -186,14 +196,15 @@ def _around_relaxation(model: MilpArrays, relaxed: SolveOutcome, reduced_cost: n
         fixed = model.integer & ~free
         restricted = replace(model, col_lo=np.where(fixed, np.round(x), model.col_lo),
                              col_hi=np.where(fixed, np.round(x), model.col_hi), start=None)
-        found = _run(restricted, model.integer, max(left_s(), 1e-3), mip_gap, seed, presolve=True, options=options)
+        found = _run_restricted(restricted, max(left_s(), 1e-3), mip_gap, seed, options)
         if found.values is not None and (best.values is None or found.objective > best.objective):
             gap = (bound - found.objective) / max(abs(found.objective), 1e-9)
             message = f"LP first: MIP over the fractional jobs and {size} more, {gap:.1e} from the LP bound"
             best = replace(found, status=OPTIMAL if gap <= mip_gap else TIME_LIMIT, bound=bound, message=message)
             if best.status == OPTIMAL or left_s() <= 0:
                 break
-        if size == 0:  # the cheapest neighbourhood did not prove it: reduced-cost fixing (docstring)
+        if size == 0 and model.num_cols >= REDUCED_COST_MIN_COLS:
+            # the cheapest neighbourhood did not prove it: reduced-cost fixing (docstring)
             best = _reduced_cost_search(model, relaxed, reduced_cost, best, left_s, mip_gap, seed, options)
             if best.status == OPTIMAL or left_s() <= 0 or best.message.startswith(_EXHAUSTED):
                 break
@@ -214,7 +225,7 @@ def _reduced_cost_search(model: MilpArrays, relaxed: SolveOutcome, reduced_cost:
     for exact in (False, True):
         if exact and best.values is None:
             return best  # no point to beat: the full MIP searches
-        slack = bound - best.objective if exact else mip_gap * abs(bound)
+        slack = bound - best.objective if exact else REDUCED_COST_GAP_SHARE * mip_gap * abs(bound)
         restricted = _fixed_by_reduced_cost(model, x, reduced_cost, slack)
         # the first where it is small (REDUCED_COST_MAX_SHARE), else the neighbourhoods of jobs
         # are the faster search; the second (a round the gap cannot prove) beats the full MIP
@@ -222,8 +233,7 @@ def _reduced_cost_search(model: MilpArrays, relaxed: SolveOutcome, reduced_cost:
         if (restricted.col_lo < restricted.col_hi).sum() > share * model.num_cols:
             return best
         start = None if best.values is None else np.where(model.integer, np.round(best.values), best.values)
-        found = _run(replace(restricted, start=start), model.integer, max(left_s(), 1e-3), mip_gap, seed,
-                     presolve=True, options=options)
+        found = _run_restricted(replace(restricted, start=start), max(left_s(), 1e-3), mip_gap, seed, options)
         solved = found.status == OPTIMAL  # within mip_gap of the restricted model's own bound
         if found.values is not None and (best.values is None or found.objective > best.objective):
             best = replace(found, status=TIME_LIMIT, bound=bound)
@@ -321,6 +331,32 @@ def _relax(model: MilpArrays, time_limit_s: float, seed: int, options: Options =
 def _run(model: MilpArrays, integer: np.ndarray, time_limit_s: float, mip_gap: float, seed: int,
          presolve: bool = False, stop: StopSignal | None = None, options: Options = ()) -> SolveOutcome:
     return _outcome(_highs(model, integer, time_limit_s, mip_gap, seed, presolve, stop, options), integer)
+
+
+def _run_restricted(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: int, options: Options) -> SolveOutcome:
+    """The MIP of a model most of whose columns are fixed (col_lo == col_hi), solved as the
+    smaller model of its free columns: the fixed ones moved into the row bounds and the offset,
+    the rows left without a free column dropped (infeasible if one does not hold). HiGHS's
+    presolve removes them too, but took 25 ms of a 26 ms MIP over the 300 free columns of a
+    15,000-column round. Values come back for every column of `model`."""
+    free = model.col_lo < model.col_hi
+    fixed = np.where(free, 0.0, model.col_lo)
+    activity = model.A @ fixed
+    A = model.A.tocsc()[:, free].tocsr()
+    rows = np.diff(A.indptr) > 0
+    tol = 1e-9 * np.maximum(1.0, np.abs(activity))
+    if ((activity < model.row_lo - tol) | (activity > model.row_hi + tol))[~rows].any():
+        return SolveOutcome(FAILED, None, float("nan"), float("nan"), 0.0, "the fixed columns break a row")
+    small = MilpArrays(c=model.c[free], offset=model.offset + float(model.c @ fixed), A=A[rows],
+                       row_lo=(model.row_lo - activity)[rows], row_hi=(model.row_hi - activity)[rows],
+                       col_lo=model.col_lo[free], col_hi=model.col_hi[free], integer=model.integer[free],
+                       start=None if model.start is None else model.start[free])
+    found = _run(small, small.integer, time_limit_s, mip_gap, seed, presolve=True, options=options)
+    if found.values is None:
+        return found
+    values = fixed.copy()
+    values[free] = found.values
+    return replace(found, values=values)
 
 
 # A round's MIP is small in rows and its LP bound near the optimum: HiGHS's presolve (unless
