@@ -122,9 +122,9 @@ def test_the_mixed_round_through_json_and_from_python_gives_the_same_verified_an
     assert round_result_from_dict(json.loads(json.dumps(out))).allocations == from_json.allocations
 
 
-def test_schedlab_solve_answers_the_mixed_round_from_its_file(tmp_path):
-    path = tmp_path / "mixed.json"
-    path.write_text(json.dumps(mixed_round()))
+def test_schedlab_solve_answers_the_shipped_mixed_round_from_its_file():
+    path = Path(__file__).parents[1] / "examples" / "round-mixed.json"
+    assert json.loads(path.read_text()) == mixed_round()  # the example is this round
     out = subprocess.run([sys.executable, "-m", "schedlab.cli", "solve", str(path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
