@@ -4,7 +4,8 @@ Two sweeps (resumable):
   - experiments/configs/heterogeneous_gavel.toml, world "gavel": Gavel's msr trace 103959 of
     seed 0, its first 345 jobs (those submitted in its first 40 days: a sweep keeps the world's
     60-day horizon, which the later ones would not reach the end of), on 36 V100 + 36 P100 +
-    36 K80 in servers of 4 GPUs, 360 s rounds, under gavel_las_agnostic (type-blind LAS),
+    36 K80 (Gavel's simulated cluster) and on 8 V100 + 16 P100 + 24 K80 (its physical one) in
+    servers of 4 GPUs, 360 s rounds, under gavel_las_agnostic (type-blind LAS),
     gavel_las (heterogeneity-aware LAS), sia (goodput, p = -0.5, each job's model per type),
     joint, tiresias and fifo: 160 CPU s. Of Gavel's shipped traces, 0e4a51 (1,181 jobs, 85
     days) and 6214e9 (2,000 jobs, 48 days) load the cluster more: 0e4a51 whole takes 165 s
@@ -16,9 +17,10 @@ Two sweeps (resumable):
     (type-blind), sia and joint (type-aware).
 Per policy: jobs finished, mean and p99 JCT, makespan, utilization overall and per GPU type
 (sim.metrics), the rounds' median and 95th-percentile solve time, averaged over the traces.
-Writes gavel.csv, mixed_pollux.csv and table.md to --out; the last line of --json has mean_jct_s
-per policy per world, las_aware_vs_agnostic (gavel_las / gavel_las_agnostic mean JCT) and
-sia_vs_pollux (sia / pollux mean JCT). The whole script: about 5 minutes on 2 cores.
+Writes gavel.csv, mixed_pollux.csv and table.md to --out (a table per world and cluster); the
+last line of --json has mean_jct_s per policy per world and cluster, las_aware_vs_agnostic
+(gavel_las / gavel_las_agnostic mean JCT, per cluster) and sia_vs_pollux (sia / pollux mean
+JCT). The whole script: about 6 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ FLOATS = ",.10g"  # the tables' numbers: seconds whole with thousands separators
 def per_policy(results: pd.DataFrame, labels: list[str]) -> pd.DataFrame:
     """One row per policy (in the config's order): the METRICS and each GPU type's utilization,
     over the traces."""
-    typed = [c for c in results.columns if c.startswith("utilization_")]
+    typed = [c for c in results.columns if c.startswith("utilization_") and results[c].notna().any()]
     table = results.groupby("policy").agg(**{m: (m, how) for m, how in (METRICS | dict.fromkeys(typed, "mean")).items()})
     columns = list(METRICS)
     columns[columns.index("utilization") + 1:columns.index("utilization") + 1] = typed
@@ -73,26 +75,30 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     out = Path(args.out)
     chosen = {"gavel": args.traces, "mixed_pollux": args.workloads}
-    tables = {}
+    tables: dict[str, dict[str, pd.DataFrame]] = {}
     for world, (config, kind) in SWEEPS.items():
         traces = {kind: chosen[world].split(",")} if chosen[world] else {}
         overrides = {"traces": traces | ({"max_jobs": args.max_jobs} if args.max_jobs else {})}
         results, labels = run(args.configs / f"{config}.toml", overrides, out / world, args.processes)
         spreadsheet_safe(results).to_csv(out / f"{world}.csv", index=False)
-        tables[world] = per_policy(results, labels)
-    jct = {world: table.mean_jct_s for world, table in tables.items()}
-    las = float(jct["gavel"]["gavel_las"] / jct["gavel"]["gavel_las_agnostic"])
-    sia = float(jct["mixed_pollux"]["sia"] / jct["mixed_pollux"]["pollux"])
-    text = ("## Gavel's msr traces, 36 V100 + 36 P100 + 36 K80 (servers of 4), 360 s rounds\n\n"
-            + tables["gavel"].to_markdown(floatfmt=FLOATS) + f"\n\ngavel_las / gavel_las_agnostic mean JCT: {las:.3f}\n\n"
-            "## Pollux workloads, 24 T4 + 20 V100 + 20 K80 (nodes of 4), 60 s rounds\n\n"
-            + tables["mixed_pollux"].to_markdown(floatfmt=FLOATS) + f"\n\nsia / pollux mean JCT: {sia:.3f}\n")
+        tables[world] = {cluster: per_policy(cells, labels) for cluster, cells in results.groupby("cluster", sort=False)}
+    jct = {world: {cluster: table.mean_jct_s for cluster, table in by_cluster.items()} for world, by_cluster in tables.items()}
+    las = {cluster: float(j["gavel_las"] / j["gavel_las_agnostic"]) for cluster, j in jct["gavel"].items()}
+    (pollux_jct,) = jct["mixed_pollux"].values()
+    sia = float(pollux_jct["sia"] / pollux_jct["pollux"])
+    text = "".join(f"## Gavel's msr traces on {cluster} (servers of 4), 360 s rounds\n\n{table.to_markdown(floatfmt=FLOATS)}"
+                   f"\n\ngavel_las / gavel_las_agnostic mean JCT: {las[cluster]:.3f}\n\n"
+                   for cluster, table in tables["gavel"].items())
+    text += "".join(f"## Pollux workloads on {cluster} (nodes of 4), 60 s rounds\n\n{table.to_markdown(floatfmt=FLOATS)}"
+                    f"\n\nsia / pollux mean JCT: {sia:.3f}\n" for cluster, table in tables["mixed_pollux"].items())
     (out / "table.md").write_text(text)
     print(text)
     if args.json:
-        print(json_text({"mean_jct_s": {world: j.to_dict() for world, j in jct.items()},
+        print(json_text({"mean_jct_s": {world: {cluster: j.to_dict() for cluster, j in by_cluster.items()}
+                                        for world, by_cluster in jct.items()},
                           "las_aware_vs_agnostic": las, "sia_vs_pollux": sia,
-                          "all_jobs_completed": all(bool((t.jobs_completed == t.jobs_total).all()) for t in tables.values()),
+                          "all_jobs_completed": all(bool((t.jobs_completed == t.jobs_total).all())
+                                                    for by_cluster in tables.values() for t in by_cluster.values()),
                           "wall_s": time.perf_counter() - t0}))
     return 0
 

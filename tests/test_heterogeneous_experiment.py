@@ -21,12 +21,18 @@ def test_the_script_writes_both_tables_and_ends_with_the_ratios(tmp_path):
                          capture_output=True, text=True, check=True)
     last = json.loads(cli.stdout.strip().splitlines()[-1])
     gavel, pollux = last["mean_jct_s"]["gavel"], last["mean_jct_s"]["mixed_pollux"]
-    assert list(gavel) == ["gavel_las_agnostic", "gavel_las", "sia", "joint", "tiresias", "fifo"]
-    assert list(pollux) == ["pollux", "sia", "joint"]
-    assert last["las_aware_vs_agnostic"] == pytest.approx(gavel["gavel_las"] / gavel["gavel_las_agnostic"], rel=1e-3)
-    assert last["sia_vs_pollux"] == pytest.approx(pollux["sia"] / pollux["pollux"], rel=1e-3)
+    assert list(gavel) == ["v100:9x4,p100:9x4,k80:9x4", "v100:2x4,p100:4x4,k80:6x4"]  # Gavel's simulated, physical
+    assert list(pollux) == ["t4:6x4,v100:5x4,k80:5x4"]
+    for cluster, jct in gavel.items():
+        assert list(jct) == ["gavel_las_agnostic", "gavel_las", "sia", "joint", "tiresias", "fifo"]
+        assert last["las_aware_vs_agnostic"][cluster] == pytest.approx(jct["gavel_las"] / jct["gavel_las_agnostic"], rel=1e-3)
+    (jct,) = pollux.values()
+    assert list(jct) == ["pollux", "sia", "joint"]
+    assert last["sia_vs_pollux"] == pytest.approx(jct["sia"] / jct["pollux"], rel=1e-3)
     assert last["all_jobs_completed"]
-    assert "utilization_k80" in (tmp_path / "table.md").read_text()
+    table = (tmp_path / "table.md").read_text()
+    assert "utilization_k80" in table and "utilization_t4" in table.split("## Pollux")[1]
+    assert "utilization_t4" not in table.split("## Pollux")[0]  # Gavel's clusters have no T4
     cells = pd.read_csv(tmp_path / "gavel.csv")
     assert set(cells.trace) == {"gavel/23dbec"} and {"utilization_v100", "utilization_p100", "utilization_k80"} <= set(cells)
 
