@@ -205,7 +205,9 @@ def _around_relaxation(model: MilpArrays, relaxed: SolveOutcome, reduced_cost: n
             continue
         free = _neighbourhood(choice, frac, regret_order[:step] if step is not None else _adjacent(model, frac, x, regret_order))
         if (free & model.integer).sum() > NEIGHBOURHOOD_MAX_SHARE * model.integer.sum():
-            continue  # as large as the model: the full MIP, from its start, is the faster search
+            if step is None:
+                continue  # the steps after it may free fewer
+            break  # as large as the model, and the later ones larger: the full MIP is the faster search
         fixed = model.integer & ~free
         restricted = replace(model, col_lo=np.where(fixed, np.round(x), model.col_lo),
                              col_hi=np.where(fixed, np.round(x), model.col_hi), start=None)
