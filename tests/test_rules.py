@@ -70,3 +70,18 @@ def test_a_gang_the_round_cannot_place_runs_on_the_fewest_gpus_above_it(policy):
     jobs = (replace(_job(requested_gpus=6), id="six"), replace(_job(requested_gpus=2), id="two"))
     result = make_policy(policy, {"gang": True}).schedule(RoundInput(Cluster(nodes), jobs, Settings()))
     assert [a.num_gpus for a in result.allocations] == [8, 2]
+
+
+@pytest.mark.parametrize("policy", ["joint", "pollux"])
+def test_a_gang_whose_fixed_batch_does_not_split_over_the_gpus_above_it_runs_on_those_below(policy):
+    """Sia-Philly's 6-GPU jobs at a fixed batch of 192, at least 32 a GPU: over 8 GPUs that is 24
+    a GPU, so such a gang runs on one node of 4 (48 a GPU); before, it was sized to 8, had no
+    option, and a replay in PAL's world idled with every such job waiting. An adaptive batch
+    keeps the fewest GPUs above the gang."""
+    nodes = tuple(Node(f"n{k}", 4) for k in range(4))
+    batch = replace(_job().batch, min_local_bsz=32, max_local_bsz=1024)
+    fixed = replace(_job(requested_gpus=6, fixed_bsz=192), id="fixed", batch=batch)
+    adaptive = replace(_job(requested_gpus=6), id="adaptive", batch=batch)
+    result = make_policy(policy, {"gang": True}).schedule(RoundInput(Cluster(nodes), (fixed, adaptive), Settings()))
+    assert {a.job_id: a.num_gpus for a in result.allocations} == {"fixed": 4, "adaptive": 8}
+    assert result.allocation("fixed").local_bsz * (result.allocation("fixed").accum_steps + 1) == 48

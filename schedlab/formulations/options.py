@@ -365,10 +365,11 @@ def multi_node_counts(num_nodes: int) -> list[int]:
     return sorted(counts)
 
 
-def placeable_gpus(cluster: Cluster, count: int) -> int:
-    """The smallest GPU count >= `count` a goodput-style round can give one job on this cluster:
-    a chain size on one node (chain_levels), or a count of whole nodes of one size
-    (multi_node_counts); `count` itself where none is (the job cannot run).
+def placeable_gpus(cluster: Cluster, count: int, runs: Callable[[int], bool] = lambda num_gpus: True) -> int:
+    """The smallest GPU count >= `count` a goodput-style round can give one job on this cluster
+    (a chain size on one node, chain_levels, or a count of whole nodes of one size,
+    multi_node_counts) at which the job `runs`; else the largest such count below `count`;
+    `count` itself where there is none (the job cannot run).
 
     Examples
     --------
@@ -376,11 +377,14 @@ def placeable_gpus(cluster: Cluster, count: int) -> int:
     >>> cluster = Cluster(tuple(Node(f"n{k}", 4) for k in range(3)))
     >>> [placeable_gpus(cluster, g) for g in (2, 3, 6, 12, 13)]
     [2, 4, 8, 12, 13]
+    >>> placeable_gpus(cluster, 6, runs=lambda num_gpus: 192 // num_gpus >= 32)  # a batch of 192, >= 32 a GPU
+    4
     """
     per_size = Counter(node.gpus for node in cluster.nodes if node.gpus)
     sizes = {d for g in per_size for d in chain_levels(g)}
     sizes |= {n * g for g, k in per_size.items() for n in multi_node_counts(k)}
-    return min((d for d in sizes if d >= count), default=count)
+    running = sorted(d for d in sizes if runs(d))
+    return min((d for d in running if d >= count), default=max((d for d in running if d < count), default=count))
 
 
 def group_shapes(grp: NodeGroup) -> tuple[np.ndarray, np.ndarray]:

@@ -35,6 +35,7 @@ from typing import ClassVar
 
 from schedlab.api import solve_round
 from schedlab.formulations.options import placeable_gpus
+from schedlab.models.efficiency import submitted_fits
 from schedlab.models.freezing import geometric_frozen_groups
 from schedlab.state import Cluster, JobSpec, RoundInput, RoundResult, Settings
 
@@ -51,8 +52,10 @@ class GoodputPolicy:
     """A goodput round per call. gang: every job runs on exactly the GPUs it asked for
     (requested_gpus) or waits, as gang schedulers run them, or where the round cannot place
     that many GPUs for one job (6 on 4-GPU nodes: neither one node nor whole nodes), on the
-    fewest it can place above it (formulations.options.placeable_gpus); the round still chooses
-    which jobs run, where, and at what batch."""
+    fewest it can place above it, or, where a fixed batch does not split over those within its
+    per-GPU limits (192 over 8 GPUs at >= 32 each), the nearest count at which it does
+    (formulations.options.placeable_gpus); the round still chooses which jobs run, where, and
+    at what batch."""
 
     settings: Settings
     freeze: bool = False
@@ -76,7 +79,9 @@ class GoodputPolicy:
         fewest GPUs above it the round can place for one job (class docstring)."""
         if not self.gang:
             return job
-        size = placeable_gpus(cluster, job.gang_gpus)
+        types = [t for t in sorted(cluster.gpu_types) if t in job.throughput]
+        size = placeable_gpus(cluster, job.gang_gpus, lambda num_gpus: not job.fixed_bsz or any(
+            submitted_fits(job, num_gpus, t) for t in types))
         return replace(job, min_gpus=size, max_gpus=size)
 
     def prepare(self, job: JobSpec) -> JobSpec:
