@@ -368,8 +368,9 @@ def multi_node_counts(num_nodes: int) -> list[int]:
 def placeable_gpus(cluster: Cluster, count: int, runs: Callable[[int], bool] = lambda num_gpus: True) -> int:
     """The smallest GPU count >= `count` a goodput-style round can give one job on this cluster
     (a chain size on one node, chain_levels, or a count of whole nodes of one size,
-    multi_node_counts) at which the job `runs`; else the largest such count below `count`;
-    `count` itself where there is none (the job cannot run).
+    multi_node_counts) at which the job `runs`; where it runs at none of them, the largest such
+    count below `count` at which it does; `count` itself where the cluster has no count as
+    large, or the job runs at none (it cannot run).
 
     Examples
     --------
@@ -383,8 +384,10 @@ def placeable_gpus(cluster: Cluster, count: int, runs: Callable[[int], bool] = l
     per_size = Counter(node.gpus for node in cluster.nodes if node.gpus)
     sizes = {d for g in per_size for d in chain_levels(g)}
     sizes |= {n * g for g, k in per_size.items() for n in multi_node_counts(k)}
-    running = sorted(d for d in sizes if runs(d))
-    return min((d for d in running if d >= count), default=max((d for d in running if d < count), default=count))
+    above = [d for d in sizes if d >= count]
+    if not above:
+        return count
+    return min((d for d in above if runs(d)), default=max((d for d in sizes if d < count and runs(d)), default=count))
 
 
 def group_shapes(grp: NodeGroup) -> tuple[np.ndarray, np.ndarray]:
