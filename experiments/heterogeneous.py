@@ -53,11 +53,13 @@ def per_policy(results: pd.DataFrame, labels: list[str]) -> pd.DataFrame:
     return table.reindex(labels)[columns].round(3).round(dict.fromkeys(["mean_jct_s", "p99_jct_s", "makespan_s"], 0))
 
 
-def run(config: Path, overrides: dict, out: Path, processes: int) -> tuple[pd.DataFrame, list[str]]:
-    """The sweep in `config` with `overrides`, resumable under `out`; its results and policy labels."""
+def run(config: Path, overrides: dict, out: Path, processes: int) -> tuple[pd.DataFrame, list[str], list[str]]:
+    """The sweep in `config` with `overrides`, resumable under `out`; its results, and its policy
+    labels and clusters in the config's order."""
     sweep = load_sweep(config, overrides)
     labels = list(dict.fromkeys(c["policy"]["label"] for c in sweep.cells))
-    return results_frame(sweep, out, processes), labels
+    clusters = list(dict.fromkeys(c["cluster"] for c in sweep.cells))
+    return results_frame(sweep, out, processes), labels, clusters
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,9 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     for world, (config, kind) in SWEEPS.items():
         traces = {kind: chosen[world].split(",")} if chosen[world] else {}
         overrides = {"traces": traces | ({"max_jobs": args.max_jobs} if args.max_jobs else {})}
-        results, labels = run(args.configs / f"{config}.toml", overrides, out / world, args.processes)
+        results, labels, clusters = run(args.configs / f"{config}.toml", overrides, out / world, args.processes)
         spreadsheet_safe(results).to_csv(out / f"{world}.csv", index=False)
-        tables[world] = {cluster: per_policy(cells, labels) for cluster, cells in results.groupby("cluster", sort=False)}
+        tables[world] = {cluster: per_policy(results[results.cluster == cluster], labels) for cluster in clusters}
     jct = {world: {cluster: table.mean_jct_s for cluster, table in by_cluster.items()} for world, by_cluster in tables.items()}
     las = {cluster: float(j["gavel_las"] / j["gavel_las_agnostic"]) for cluster, j in jct["gavel"].items()}
     (pollux_jct,) = jct["mixed_pollux"].values()
