@@ -100,31 +100,41 @@ def _gpu_type(cluster: Cluster, gpus: tuple[GpuRef, ...]) -> str:
 
 
 class _FreeByType:
-    """Free GPUs per GPU type, for baselines that count GPUs without looking at their type."""
+    """Free GPUs per GPU type, and the GPU count and type given to each job so far, for baselines
+    that count GPUs without looking at their type."""
 
-    def __init__(self, cluster: Cluster):
+    def __init__(self, round_input: RoundInput):
+        self.cluster = round_input.cluster
         self.left: dict[str, int] = {}  # in cluster order
-        for node in cluster.nodes:
+        for node in self.cluster.nodes:
             self.left[node.gpu_type] = self.left.get(node.gpu_type, 0) + node.gpus
+        self.counts: dict[str, int] = {}
+        self.types: dict[str, str] = {}
+        for job in round_input.jobs:  # pinned jobs keep their GPUs this round
+            if job.pinned:
+                self.give(job, len(job.current_gpus), _gpu_type(self.cluster, job.current_gpus))
 
-    def fit(self, job: JobSpec, count: int, cluster: Cluster) -> str | None:
+    def fit(self, job: JobSpec, count: int) -> str | None:
         """The type of the job's GPUs if it holds some and `count` fit there (it stays), else the
         type it has a model for and its batch fits on `count` GPUs of, with the most free GPUs,
         at least `count` (ties: cluster order); None if none has that many."""
-        if job.current_gpus and self.left[current := _gpu_type(cluster, job.current_gpus)] >= count:
+        if job.current_gpus and self.left[current := _gpu_type(self.cluster, job.current_gpus)] >= count:
             return current
         fits = [t for t, left in self.left.items()
                 if left >= count and t in job.throughput and submitted_fits(job, count, t)]
         return max(fits, key=self.left.__getitem__) if fits else None
 
-    def keep_pinned(self, round_input: RoundInput) -> tuple[dict[str, int], dict[str, str]]:
-        """The pinned jobs' GPU counts and types, their GPUs taken (they keep them this round)."""
-        counts, types = {}, {}
-        for job in round_input.jobs:
-            if job.pinned:
-                counts[job.id], types[job.id] = len(job.current_gpus), _gpu_type(round_input.cluster, job.current_gpus)
-                self.take(types[job.id], counts[job.id])
-        return counts, types
+    def admit(self, job: JobSpec, count: int) -> bool:
+        """Give the job `count` GPUs of the type `fit` picks; False (nothing given) if none fits."""
+        gpu_type = self.fit(job, count)
+        if gpu_type is not None:
+            self.give(job, count, gpu_type)
+        return gpu_type is not None
+
+    def give(self, job: JobSpec, count: int, gpu_type: str) -> None:
+        """Record the job on `count` GPUs of `gpu_type`, taken."""
+        self.counts[job.id], self.types[job.id] = count, gpu_type
+        self.take(gpu_type, count)
 
     def take(self, gpu_type: str, count: int) -> None:
         """Count `count` GPUs of `gpu_type` taken."""
@@ -176,16 +186,11 @@ class TiresiasPolicy:
                 self._demoted[job.id] = len(self._demoted)
         queue0 = [j for j in jobs if j.id not in self._demoted]
         queue1 = sorted((j for j in jobs if j.id in self._demoted), key=lambda j: self._demoted[j.id])
-        free = _FreeByType(round_input.cluster)
-        counts, types = free.keep_pinned(round_input)
+        free = _FreeByType(round_input)
         for job in queue0 + queue1:
-            if job.id in counts:
-                continue
-            gpu_type = free.fit(job, job.gang_gpus, round_input.cluster)
-            if gpu_type is not None:
-                counts[job.id], types[job.id] = job.gang_gpus, gpu_type
-                free.take(gpu_type, job.gang_gpus)
-        return _result(round_input, self.name, _place(round_input, counts, types, queue0 + queue1), t0)
+            if job.id not in free.counts:
+                free.admit(job, job.gang_gpus)
+        return _result(round_input, self.name, _place(round_input, free.counts, free.types, queue0 + queue1), t0)
 
 
 @dataclass
@@ -206,15 +211,11 @@ class OptimusPolicy:
         while they last, then each GPU to the largest drop in remaining time."""
         t0 = time.perf_counter()
         gpus_per_node = max(n.gpus for n in round_input.cluster.nodes)
-        free = _FreeByType(round_input.cluster)
-        counts, types = free.keep_pinned(round_input)
+        free = _FreeByType(round_input)
+        counts, types = free.counts, free.types
         for job in round_input.jobs:
-            if job.id in counts:
-                continue
-            gpu_type = free.fit(job, job.min_gpus, round_input.cluster)
-            if gpu_type is not None:
-                counts[job.id], types[job.id] = job.min_gpus, gpu_type
-                free.take(gpu_type, job.min_gpus)
+            if job.id not in counts:
+                free.admit(job, job.min_gpus)
 
         def marginal_gain(job: JobSpec) -> float:
             r, gpu_type = counts[job.id], types[job.id]
@@ -251,21 +252,15 @@ class FifoPolicy:
         # a running job stays on its GPUs, unless its batch cannot run on that many there (a
         # round handed over from another policy): then it queues again at its requested count.
         # A pinned job stays.
-        cluster, free = round_input.cluster, _FreeByType(round_input.cluster)
-        counts, types = free.keep_pinned(round_input)
+        free = _FreeByType(round_input)
         for job in round_input.jobs:
-            if job.id in counts or not job.current_gpus:
+            if job.id in free.counts or not job.current_gpus:
                 continue
-            current = _gpu_type(cluster, job.current_gpus)
+            current = _gpu_type(round_input.cluster, job.current_gpus)
             if submitted_fits(job, len(job.current_gpus), current):
-                counts[job.id], types[job.id] = len(job.current_gpus), current
-                free.take(current, counts[job.id])
+                free.give(job, len(job.current_gpus), current)
         for job in arrival_order(round_input.jobs):
-            if job.id in counts:
-                continue
-            gpu_type = free.fit(job, job.gang_gpus, round_input.cluster)
-            if gpu_type is None:
+            if job.id not in free.counts and not free.admit(job, job.gang_gpus):
                 break
-            counts[job.id], types[job.id] = job.gang_gpus, gpu_type
-            free.take(gpu_type, job.gang_gpus)
-        return _result(round_input, self.name, _place(round_input, counts, types, arrival_order(round_input.jobs)), t0)
+        return _result(round_input, self.name, _place(round_input, free.counts, free.types,
+                                                      arrival_order(round_input.jobs)), t0)

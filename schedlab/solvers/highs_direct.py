@@ -250,10 +250,9 @@ def _reduced_cost_search(model: MilpArrays, relaxed: SolveOutcome, reduced_cost:
             return best  # no point to beat: the full MIP searches
         slack = bound - best.objective if exact else REDUCED_COST_GAP_SHARE * mip_gap * abs(bound)
         restricted = _fixed_by_reduced_cost(model, x, reduced_cost, slack)
-        # the first where it is small (REDUCED_COST_MAX_SHARE), else the neighbourhoods of jobs
-        # are the faster search; the second (a round the gap cannot prove) beats the full MIP
-        share = NEIGHBOURHOOD_MAX_SHARE if exact else REDUCED_COST_MAX_SHARE
-        if (restricted.col_lo < restricted.col_hi).sum() > share * model.num_cols:
+        # the first runs only where it is small (_reduced_cost_pays); the second (a round the gap
+        # cannot prove) where it beats the full MIP
+        if exact and (restricted.col_lo < restricted.col_hi).sum() > NEIGHBOURHOOD_MAX_SHARE * model.num_cols:
             return best
         start = None if best.values is None else np.where(model.integer, np.round(best.values), best.values)
         found = _run_restricted(replace(restricted, start=start), max(left_s(), 1e-3), mip_gap, seed, options)
