@@ -113,7 +113,12 @@ def efficiency(grad: GradStats, init_bsz: float | np.ndarray, total_bsz: ArrayLi
     >>> round((300 + 100) / (300 + 400), 3)  # the closed form at M = 400
     0.571
     """
-    return gain(grad, init_bsz, total_bsz) / (np.asarray(total_bsz, dtype=float) / init_bsz)
+    # gain / s in closed form, (var + sqr) M0 / (var M0 + sqr M): one division where gain / s
+    # takes three, over every grid point of every option of a round. Without statistics
+    # (var = sqr = 0) gain is 1, so efficiency is M0 / M: the form with sqr read as 1.
+    init = np.asarray(init_bsz, dtype=float)
+    signal = np.where(grad.var + grad.sqr > 0, grad.sqr, 1.0)
+    return (grad.var + signal) * init / (grad.var * init + signal * np.asarray(total_bsz, dtype=float))
 
 
 def goodput(params: ThroughputParams, grad: GradStats, init_bsz: float | np.ndarray, num_nodes: ArrayLike,
@@ -377,13 +382,15 @@ def best_batch_shared(params: ThroughputParams, limits: BatchLimits, num_nodes: 
         grid = batch_grid(_cut(limits, shapes), r, fixed_bsz[shapes])
         grid_throughput = throughput(_cut(params, shapes), num_nodes[shapes], r, grid.micro, grid.accum)
         # a row per shape, gathered per block of rows: (rows, points) blocks stay in cache
-        by_shape = [np.ascontiguousarray(a.T) for a in (grid.valid, grid_throughput, grid_totals(grid, r).astype(float))]
-        init_bsz = np.asarray(limits.init_bsz)[shapes]
+        # invalid points at throughput 0: grid_goodput's rule, applied once per shape
+        by_shape = [np.ascontiguousarray(a.T) for a in (np.where(grid.valid, grid_throughput, 0.0),
+                                                        grid_totals(grid, r).astype(float))]
+        init_bsz = np.asarray(limits.init_bsz, dtype=float)[shapes]
         for lo in range(starts[b], starts[b + 1], _BLOCK_ROWS):
             rows = order[lo:min(lo + _BLOCK_ROWS, starts[b + 1])]
             u = shape[rows] - first
-            valid, row_throughput, total = (a[u] for a in by_shape)
-            good = grid_goodput(valid, row_throughput, total, GradStats(*grad_by_row[:, rows, None]), init_bsz[u, None])
+            valid_throughput, total = (a[u] for a in by_shape)
+            good = valid_throughput * efficiency(GradStats(*grad_by_row[:, rows, None]), init_bsz[u, None], total)
             best = np.argmax(good, axis=1)
             goodput[rows] = good[np.arange(len(rows)), best]
             local[rows], accum[rows] = grid.micro[best, u], grid.accum[best, u]
