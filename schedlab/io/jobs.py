@@ -62,7 +62,16 @@ def _parse_throughput(ck: Checker, raw: Any, where: str, gpu_types: frozenset[st
     return out
 
 
+_SQR, _VAR = FIELD_ACCEPT["grad_stats"]["sqr"], FIELD_ACCEPT["grad_stats"]["var"]
+
+
 def _check_grad(ck: Checker, raw: Any, where: str) -> GradStats:
+    fields = ck.plain(raw, "grad_stats")
+    if (fields is not None and len(fields) == 2 and type(sqr := fields.get("sqr")) is float
+            and type(var := fields.get("var")) is float and _SQR.float_lo <= sqr <= _SQR.float_hi
+            and _VAR.float_lo <= var <= _VAR.float_hi):
+        # the common case, checked whole (a GradStats given is kept: it is frozen); the rest below
+        return raw if type(raw) is GradStats else GradStats(sqr, var)
     g = ck.mapping(raw, where, "grad_stats")
     return GradStats(ck.field(g, "grad_stats", "sqr", where, 0.0, required=True),
                      ck.field(g, "grad_stats", "var", where, 0.0, required=True))
