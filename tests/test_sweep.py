@@ -261,3 +261,15 @@ def test_a_cell_key_changes_with_the_package_source(monkeypatch):
     before = config.cell_key(cell)
     monkeypatch.setattr(config, "source_hash", lambda: "an edited formulation")
     assert config.cell_key(cell) != before
+
+
+def test_a_worker_running_other_source_than_the_sweep_records_a_failure_saying_so(monkeypatch):
+    # The code edited while a sweep runs: a worker's result would be stored under a key of its own
+    # source, which the sweep never reads (an empty results frame); it is a failure instead.
+    from schedlab.sweep import config, run
+
+    cell = parse_sweep(TINY).cells[0]
+    driver_key = config.cell_key(cell)
+    monkeypatch.setattr(config, "source_hash", lambda: "an edited formulation")
+    record = run.execute(cell, driver_key)
+    assert record["key"] == driver_key and "source changed while the sweep ran" in record["error"]

@@ -85,9 +85,18 @@ def make_cell_policy(cell: dict[str, Any]) -> Policy:
     return make_policy(spec["name"], params)
 
 
-def execute(cell: dict[str, Any]) -> dict[str, Any]:
-    """Replay one cell; never raises: a failure comes back as a record with its traceback."""
-    key = cell_key(cell)
+def execute(cell: dict[str, Any], key: str | None = None) -> dict[str, Any]:
+    """Replay one cell; never raises: a failure comes back as a record with its traceback.
+
+    `key` is the cell's key as the sweep's driver made it (default: this process's). A worker
+    whose schedlab source differs from the driver's (edited while the sweep ran) would store its
+    result under another key, one the sweep never reads: it records a failure instead."""
+    own = cell_key(cell)
+    key = key or own
+    if own != key:
+        return {"key": key, "version": __version__, "cell": cell,
+                "error": "schedlab's source changed while the sweep ran (this worker's differs from the sweep's, "
+                         "source_hash): run the sweep again once the code is settled"}
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         # One BLAS thread: with every core busy running cells, OpenBLAS's spinning workers
@@ -318,7 +327,7 @@ def _local(cells: list[dict], workers: int, remote: Remote | None) -> Iterator[d
     context = multiprocessing.get_context("forkserver")
     with ProcessPoolExecutor(max_workers=min(workers, len(cells)), mp_context=context,
                              initializer=_exit_with_driver, initargs=(os.getpid(),)) as pool:
-        for future in as_completed([pool.submit(execute, c) for c in cells]):
+        for future in as_completed([pool.submit(execute, c, cell_key(c)) for c in cells]):
             yield future.result()
 
 
@@ -334,7 +343,8 @@ def _dask(cells: list[dict], workers: int, remote: Remote | None) -> Iterator[di
                                                dashboard_address=None, silence_logs=logging.ERROR)
     client = Client(remote.address, security=remote.security()) if remote else Client(cluster)
     try:
-        futures = client.map(execute, cells, key=[f"cell-{cell_key(c)}" for c in cells], pure=False)
+        keys = [cell_key(c) for c in cells]
+        futures = client.map(execute, cells, keys, key=[f"cell-{k}" for k in keys], pure=False)
         for future in dask_completed(futures):
             yield _dask_record(future)
             future.release()
