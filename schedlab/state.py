@@ -76,7 +76,11 @@ class Cluster:
 
     gpu_speed: a relative speed per GPU type (e.g. {"t4": 1.0, "a100": 2.7}), from which a job's
     parameters on a type it has no fitted model for are projected (`projections`); empty: none
-    are, and a job runs only on the types it has parameters for."""
+    are, and a job runs only on the types it has parameters for.
+
+    A Cluster is a value: a process checks a given Cluster object once (io.parse), and a replay
+    hands every round the same one. Change a cluster by building a new one, never by editing
+    the dicts it holds (a node's slowdown, gpu_speed) in place."""
 
     nodes: tuple[Node, ...]
     topology: Topology | None = None

@@ -396,6 +396,17 @@ def test_a_round_as_dataclasses_is_checked_as_its_json_is(path):
         assert isinstance(as_data, list) or value in (-1.5, 3.5), (path, value)  # NaN, huge, a bool: refused
 
 
+def test_a_cluster_object_is_checked_once_and_a_bad_one_every_time():
+    # A replay hands every round the same Cluster: its nodes are checked in the first round only.
+    # A cluster with a problem is never remembered: each round that brings it is refused.
+    ri = parse_round_input(_full_round())
+    assert parse_round_input(ri).cluster is parse_round_input(replace(ri, jobs=ri.jobs[:1])).cluster
+    first, *rest = ri.cluster.nodes
+    bad = replace(ri, cluster=replace(ri.cluster, nodes=(replace(first, gpus=-1), *rest)))
+    for _ in range(2):
+        assert any(p.startswith("cluster.nodes[0].gpus") for p in _checked(bad))
+
+
 def _edges(spec: dict) -> list:
     integer = "integer" in (spec["type"] if isinstance(spec["type"], list) else [spec["type"]])
     tiny = [1 if integer else 1e-9] if "exclusiveMinimum" in spec else []
