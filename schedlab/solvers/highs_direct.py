@@ -102,8 +102,11 @@ REDUCED_COST_GAP_SHARE = 0.5
 # ... and only in models of at least this many columns: below it the neighbourhoods of jobs and
 # the full MIP prove a round in milliseconds (a 64-GPU Pollux round: ~500 columns), and the
 # reduced-cost MIPs would only pick another point within the gap, moving replays that match
-# Pollux's artifact.
-REDUCED_COST_MIN_COLS = 2_000
+# Pollux's artifact. Above it the full MIP is slow: the 40 rounds of a day of the Philly trace
+# on 2,048 GPUs (~1,400 columns) whose neighbourhoods could not prove them took 206 ms
+# (median) and 50 s in all with the full MIP after them, 34 ms and 13 s with reduced-cost
+# fixing first.
+REDUCED_COST_MIN_COLS = 1_000
 ADJACENT_PER_ROW = 16  # the last neighbourhood: units freed per row a fractional column lies in
 # A restricted MIP (its fixed columns already moved out, _run_restricted) runs HiGHS's presolve
 # only below this many free columns: above it, presolve and the restarts it brings cost more
