@@ -7,6 +7,7 @@ dataclasses passes the same rules (checker.DataChecker), without a trip through 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import weakref
@@ -241,8 +242,13 @@ def _parse_cluster(ck: Checker, raw: Any) -> Cluster:
     cluster = _check_cluster(ck, raw)
     if len(ck.problems) == found:
         key = id(raw)
-        _CHECKED_CLUSTERS[key] = (weakref.ref(raw, lambda _, key=key: _CHECKED_CLUSTERS.pop(key, None)), cluster)
+        _CHECKED_CLUSTERS[key] = (weakref.ref(raw, functools.partial(_forget_cluster, key)), cluster)
     return cluster
+
+
+def _forget_cluster(key: int, _: weakref.ref) -> None:
+    """Drop a checked cluster's entry: its object is gone, and its id may be reused."""
+    _CHECKED_CLUSTERS.pop(key, None)
 
 
 def _check_cluster(ck: Checker, raw: Any) -> Cluster:

@@ -264,7 +264,7 @@ def _reduced_cost_search(model: MilpArrays, relaxed: SolveOutcome, reduced_cost:
         if exact and (restricted.col_lo < restricted.col_hi).sum() > NEIGHBOURHOOD_MAX_SHARE * model.num_cols:
             return best
         start = None if best.values is None else np.where(model.integer, np.round(best.values), best.values)
-        if start is not None:  # the best point's columns free too: HiGHS starts from it (any larger model holds the proof's points)
+        if start is not None:  # free the best point's columns: HiGHS starts from it, and a larger model still proves
             restricted = replace(restricted, col_lo=np.minimum(restricted.col_lo, start),
                                  col_hi=np.maximum(restricted.col_hi, start))
         found = _run_restricted(replace(restricted, start=start), max(left_s(), 1e-3), mip_gap, seed, options)
