@@ -29,9 +29,9 @@ from schedlab.state import BatchLimits, GradStats, JobSpec, ThroughputParams
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
-__all__ = ["BATCH_GRID_POINTS", "BatchChoice", "BatchGrid", "batch_grid", "best_batch", "best_batch_shared", "best_on_grid",
-           "efficiency", "gain", "goodput", "grid_goodput", "grid_totals", "split_fixed_batch", "split_local_batch",
-           "submitted_fits", "submitted_split"]
+__all__ = ["BATCH_GRID_POINTS", "BatchChoice", "BatchGrid", "batch_grid", "best_batch", "best_batch_shared",
+           "best_on_grid", "efficiency", "gain", "goodput", "grid_goodput", "grid_totals", "runnable_throughput",
+           "split_fixed_batch", "split_local_batch", "submitted_fits", "submitted_split"]
 
 BATCH_GRID_POINTS = 50
 _EPS = 1e-8  # tolerance of Pollux's floor/ceil on batch sizes
@@ -72,9 +72,7 @@ def gain(grad: GradStats, init_bsz: float | np.ndarray, total_bsz: ArrayLike) ->
     >>> [round(float(g), 3) for g in gain(grad, 100, [100, 200, 400, 1600])]
     [1.0, 1.6, 2.286, 3.368]
     """
-    scale = np.asarray(total_bsz, dtype=float) / init_bsz
-    denom = grad.var / scale + grad.sqr
-    return np.where(denom > 0, (grad.var + grad.sqr) / np.where(denom > 0, denom, 1.0), 1.0)
+    return efficiency(grad, init_bsz, total_bsz) * (np.asarray(total_bsz, dtype=float) / init_bsz)  # efficiency x s
 
 
 def efficiency(grad: GradStats, init_bsz: float | np.ndarray, total_bsz: ArrayLike) -> np.ndarray:
@@ -113,9 +111,9 @@ def efficiency(grad: GradStats, init_bsz: float | np.ndarray, total_bsz: ArrayLi
     >>> round((300 + 100) / (300 + 400), 3)  # the closed form at M = 400
     0.571
     """
-    # gain / s in closed form, (var + sqr) M0 / (var M0 + sqr M): one division where gain / s
-    # takes three, over every grid point of every option of a round. Without statistics
-    # (var = sqr = 0) gain is 1, so efficiency is M0 / M: the form with sqr read as 1.
+    # gain / s in closed form, (var + sqr) M0 / (var M0 + sqr M), the one formula of both (gain
+    # is efficiency x s): one division per grid point of every option of a round. Without
+    # statistics (var = sqr = 0) gain is 1, so efficiency is M0 / M: the form with sqr read as 1.
     init = np.asarray(init_bsz, dtype=float)
     signal = np.where(grad.var + grad.sqr > 0, grad.sqr, 1.0)
     return (grad.var + signal) * init / (grad.var * init + signal * np.asarray(total_bsz, dtype=float))
@@ -382,15 +380,14 @@ def best_batch_shared(params: ThroughputParams, limits: BatchLimits, num_nodes: 
         grid = batch_grid(_cut(limits, shapes), r, fixed_bsz[shapes])
         grid_throughput = throughput(_cut(params, shapes), num_nodes[shapes], r, grid.micro, grid.accum)
         # a row per shape, gathered per block of rows: (rows, points) blocks stay in cache
-        # invalid points at throughput 0: grid_goodput's rule, applied once per shape
-        by_shape = [np.ascontiguousarray(a.T) for a in (np.where(grid.valid, grid_throughput, 0.0),
+        by_shape = [np.ascontiguousarray(a.T) for a in (runnable_throughput(grid, grid_throughput),
                                                         grid_totals(grid, r).astype(float))]
         init_bsz = np.asarray(limits.init_bsz, dtype=float)[shapes]
         for lo in range(starts[b], starts[b + 1], _BLOCK_ROWS):
             rows = order[lo:min(lo + _BLOCK_ROWS, starts[b + 1])]
             u = shape[rows] - first
-            valid_throughput, total = (a[u] for a in by_shape)
-            good = valid_throughput * efficiency(GradStats(*grad_by_row[:, rows, None]), init_bsz[u, None], total)
+            runnable, total = (a[u] for a in by_shape)
+            good = grid_goodput(runnable, total, GradStats(*grad_by_row[:, rows, None]), init_bsz[u, None])
             best = np.argmax(good, axis=1)
             goodput[rows] = good[np.arange(len(rows)), best]
             local[rows], accum[rows] = grid.micro[best, u], grid.accum[best, u]
@@ -448,7 +445,7 @@ def best_on_grid(grid: BatchGrid, grid_throughput: np.ndarray, grad: GradStats, 
     `grid_throughput` (examples per second, shaped as the grid) times the efficiency of each
     point's total batch; invalid points count 0, and the first of equal maxima wins.
     """
-    good = grid_goodput(grid.valid, grid_throughput, grid_totals(grid, r), grad, init_bsz)
+    good = grid_goodput(runnable_throughput(grid, grid_throughput), grid_totals(grid, r), grad, init_bsz)
     best = np.argmax(good, axis=0)
     cols = np.arange(len(r))
     return BatchChoice(good[best, cols], grid.micro[best, cols], grid.accum[best, cols])
@@ -459,8 +456,12 @@ def grid_totals(grid: BatchGrid, r) -> np.ndarray:
     return np.asarray(r) * np.asarray(grid.micro) * (np.asarray(grid.accum) + 1)
 
 
-def grid_goodput(valid: np.ndarray, grid_throughput: np.ndarray, total: np.ndarray, grad: GradStats,
-                 init_bsz) -> np.ndarray:
-    """Goodput at every grid point: its throughput times the efficiency of its total batch, 0
-    where the job cannot run it."""
-    return np.where(valid, grid_throughput * efficiency(grad, np.asarray(init_bsz, float), total), 0.0)
+def runnable_throughput(grid: BatchGrid, grid_throughput: np.ndarray) -> np.ndarray:
+    """The throughput of every grid point, 0 where the job cannot run it (grid.valid)."""
+    return np.where(grid.valid, grid_throughput, 0.0)
+
+
+def grid_goodput(runnable: np.ndarray, total: np.ndarray, grad: GradStats, init_bsz) -> np.ndarray:
+    """Goodput at every grid point: its throughput, 0 where the job cannot run it
+    (`runnable_throughput`), times the efficiency of its total batch."""
+    return runnable * efficiency(grad, np.asarray(init_bsz, float), total)
