@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import math
 import subprocess
@@ -51,6 +52,22 @@ def test_example_round_solves_optimally_and_uses_the_cluster():
         if a.gpus:
             assert a.total_bsz == a.num_gpus * a.local_bsz * (a.accum_steps + 1)
             assert a.goodput > 0
+
+
+def test_solve_round_leaves_the_garbage_collector_as_it_found_it(monkeypatch):
+    """The collector is off during a round (its objects live until it ends), then as the caller
+    had it: on again, or still off; also when the round's input is refused."""
+    seen = []
+    with monkeypatch.context() as m:
+        m.setattr(schedlab.api, "_solve_round", lambda *a, **k: seen.append(gc.isenabled()))
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            solve_round(_example())
+            assert gc.isenabled() is enabled and seen.pop() is False
+    gc.enable()
+    with pytest.raises(schedlab.InputError):
+        solve_round({"jobs": []})
+    assert gc.isenabled()
 
 
 def test_published_schemas_accept_the_example_and_its_result():
