@@ -8,10 +8,11 @@ Batch convention (Pollux): a job on `r` GPUs with per-GPU micro-batch `local_bsz
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
+from typing import Any
 
 __all__ = ["APP_CLASS", "DEFAULT_CLASS", "BatchLimits", "Cluster", "FreezePenalty", "FreezeSpec", "GpuRef", "GradStats",
            "JobAllocation", "JobSpec", "LayerGroup", "Node", "Rack", "RoundInput", "RoundResult", "Settings", "Status",
@@ -139,10 +140,19 @@ class Cluster:
         """Node id -> its index in `nodes` (do not mutate: shared by every caller)."""
         return {n.id: k for k, n in enumerate(self.nodes)}
 
-    @property
+    @cached_property
     def has_variability(self) -> bool:
         """Whether some node lists slowdown factors (PAL's per-GPU variability)."""
         return any(n.slowdown for n in self.nodes)
+
+    @cached_property
+    def derived(self) -> dict[Hashable, Any]:
+        """What is computed from this cluster alone, kept with it by its maker's key: that it
+        passed its checks (io.parse), its node groups (formulations.options), the joint round's
+        tiers, pools and option templates. A replay hands every round the same Cluster, and
+        these were a good part of each of its rounds; a Cluster is a value, so they hold as
+        long as it lives."""
+        return {}
 
 
 @dataclass(frozen=True, order=True)

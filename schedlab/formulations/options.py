@@ -108,12 +108,19 @@ class NodeGroup:
 
 
 def node_groups(round_input: RoundInput) -> tuple[NodeGroup, ...]:
-    """The round's nodes with GPUs, grouped by (GPU type, GPUs per node), in the order of that key."""
-    by_key: dict[tuple[str, int], list[int]] = {}
-    for k, node in enumerate(round_input.cluster.nodes):
-        if node.gpus > 0:
-            by_key.setdefault((node.gpu_type, node.gpus), []).append(k)
-    return tuple(NodeGroup(t, g, tuple(ks)) for (t, g), ks in sorted(by_key.items()))
+    """The round's nodes with GPUs, grouped by (GPU type, GPUs per node), in the order of that
+    key; found once per cluster (Cluster.derived)."""
+    derived = round_input.cluster.derived
+    if _NODE_GROUPS not in derived:
+        by_key: dict[tuple[str, int], list[int]] = {}
+        for k, node in enumerate(round_input.cluster.nodes):
+            if node.gpus > 0:
+                by_key.setdefault((node.gpu_type, node.gpus), []).append(k)
+        derived[_NODE_GROUPS] = tuple(NodeGroup(t, g, tuple(ks)) for (t, g), ks in sorted(by_key.items()))
+    return derived[_NODE_GROUPS]
+
+
+_NODE_GROUPS = "formulations.options: node groups"  # Cluster.derived's key
 
 
 class OptionCounts:

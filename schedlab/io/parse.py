@@ -7,10 +7,8 @@ dataclasses passes the same rules (checker.DataChecker), without a trip through 
 
 from __future__ import annotations
 
-import functools
 import json
 import math
-import weakref
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -224,31 +222,23 @@ def _parse_topology(ck: Checker, raw: Any, node_ids: list[str]) -> Topology | No
                     ck.field(raw, "topology", "gpu_gbps", where, d.gpu_gbps), factor)
 
 
-# Cluster objects checked without problems, by identity: a replay hands every round the same
-# Cluster, and checking its nodes again each round cost a fifth of the full Philly replay
-# (512 nodes). An entry leaves with its object (the weak reference's callback).
-_CHECKED_CLUSTERS: dict[int, tuple[weakref.ref, Cluster]] = {}
-
-
 def _parse_cluster(ck: Checker, raw: Any) -> Cluster:
     """The round's cluster; a Cluster object checked before without problems is not checked
-    again (Cluster: a value, never changed in place)."""
+    again (Cluster: a value, never changed in place): a replay hands every round the same one,
+    and checking its nodes again each round cost a fifth of the full Philly replay (512 nodes)."""
     if type(raw) is not Cluster:
         return _check_cluster(ck, raw)
-    seen = _CHECKED_CLUSTERS.get(id(raw))
-    if seen is not None and seen[0]() is raw:
-        return seen[1]
+    checked = raw.derived.get(_CHECKED)
+    if checked is not None:
+        return checked
     found = len(ck.problems)
     cluster = _check_cluster(ck, raw)
     if len(ck.problems) == found:
-        key = id(raw)
-        _CHECKED_CLUSTERS[key] = (weakref.ref(raw, functools.partial(_forget_cluster, key)), cluster)
+        raw.derived[_CHECKED] = cluster
     return cluster
 
 
-def _forget_cluster(key: int, _: weakref.ref) -> None:
-    """Drop a checked cluster's entry: its object is gone, and its id may be reused."""
-    _CHECKED_CLUSTERS.pop(key, None)
+_CHECKED = "io.parse: checked"  # Cluster.derived's key of the cluster as checked
 
 
 def _check_cluster(ck: Checker, raw: Any) -> Cluster:
