@@ -40,7 +40,7 @@ from schedlab.formulations.options import (
 )
 from schedlab.models.efficiency import BatchChoice, best_batch_shared
 from schedlab.models.freezing import scaled_params
-from schedlab.state import BatchLimits, GradStats, JobSpec, RoundInput, ThroughputParams, Topology
+from schedlab.state import BatchLimits, Cluster, GradStats, JobSpec, RoundInput, ThroughputParams, Topology
 from schedlab.topology import cluster_graph, spread_gbps
 
 __all__ = ["MULTI", "SINGLE", "STAY", "Demand", "JointCluster", "JointOptions", "Multi", "MultiGroup", "Pool", "Slot",
@@ -144,8 +144,8 @@ class JointCluster:
     across_node_factor: float
 
 
-def joint_cluster(ri: RoundInput) -> JointCluster:
-    """The round's cluster in tiers and pools.
+def joint_cluster(cluster: Cluster, classes: tuple[str, ...], tier_tolerance: float) -> JointCluster:
+    """The cluster in tiers and pools for the variability classes in play (sorted).
 
     Each class's slowdown factors over every GPU are grouped into tiers (`tiers`, at
     Settings.tier_tolerance); a GPU's signature is its tier in every class in play. Alike nodes
@@ -153,10 +153,8 @@ def joint_cluster(ri: RoundInput) -> JointCluster:
     alone, one slice per signature. A spread within a rack is priced at the bottleneck joining
     its first two nodes, a spread over racks at the one joining the first node of every rack.
     """
-    nodes, topo = ri.cluster.nodes, ri.cluster.topology or Topology()
-    classes = tuple(sorted({job.variability_class for job in ri.jobs}))
-    tier_of = [tiers([n.gpu_slowdown(k, c) for n in nodes for k in range(n.gpus)], ri.settings.tier_tolerance)
-               for c in classes]
+    nodes, topo = cluster.nodes, cluster.topology or Topology()
+    tier_of = [tiers([n.gpu_slowdown(k, c) for n in nodes for k in range(n.gpus)], tier_tolerance) for c in classes]
     gpu_tier = {(i, k): tuple(tier_of[a][n.gpu_slowdown(k, c)] for a, c in enumerate(classes))
                 for i, n in enumerate(nodes) for k in range(n.gpus)}
     rack_by_node = {n: r.id for r in topo.racks for n in r.nodes}
@@ -174,15 +172,15 @@ def joint_cluster(ri: RoundInput) -> JointCluster:
             pools.append(Pool(n.gpu_type, n.gpus, rack_of[i], (i,), slices, tuple(sigs)))
     for (gpu_type, g, rack, sig), members in sorted(groups.items()):
         pools.append(Pool(gpu_type, g, rack, tuple(members), (tuple(range(g)),), (sig,)))
-    graph = cluster_graph(ri.cluster)
+    graph = cluster_graph(cluster)
     ref = topo.node_gbps
     by_rack: dict[str, list[str]] = {}
     for i, n in enumerate(nodes):
         by_rack.setdefault(rack_of[i], []).append(n.id)
-    rack_scale = {r: ref / min(spread_gbps(ri.cluster, ids[:2], graph), ref) if len(ids) > 1 else 1.0
+    rack_scale = {r: ref / min(spread_gbps(cluster, ids[:2], graph), ref) if len(ids) > 1 else 1.0
                   for r, ids in by_rack.items()}
     firsts = [ids[0] for ids in by_rack.values()]
-    cross = ref / min(spread_gbps(ri.cluster, firsts, graph), ref) if len(firsts) > 1 else 1.0
+    cross = ref / min(spread_gbps(cluster, firsts, graph), ref) if len(firsts) > 1 else 1.0
     return JointCluster(classes, gpu_tier, tuple(pools), {k: p for p, pool in enumerate(pools) for k in pool.nodes},
                    rack_of, cross, rack_scale, topo.across_node_factor)
 
@@ -576,6 +574,43 @@ def _undominated(o: JointOptions, util: np.ndarray) -> np.ndarray:
     return keep
 
 
+@dataclass(frozen=True)
+class _Catalog:
+    """What every job's options are drawn from, which the cluster and the classes in play alone
+    decide: the cluster in tiers and pools, D and the slots, the multi-node definitions and
+    groups, the GPU types (sorted), and each class's option templates (`_class_templates`, with
+    each option's index into `types` as type_code)."""
+
+    cluster: JointCluster
+    demands: tuple[Demand, ...]
+    slots: tuple[Slot, ...]
+    multi: tuple[Multi, ...]
+    groups: tuple[MultiGroup, ...]
+    types: list[str]
+    templates: list[dict[str, np.ndarray]]
+
+
+def _catalog(ri: RoundInput) -> _Catalog:
+    """The round's catalog, made once per cluster, classes in play and tier tolerance
+    (Cluster.derived: a replay's rounds share their cluster)."""
+    classes = tuple(sorted({job.variability_class for job in ri.jobs}))
+    key = (_CATALOG, classes, ri.settings.tier_tolerance)
+    derived = ri.cluster.derived
+    if key not in derived:
+        cl = joint_cluster(ri.cluster, classes, ri.settings.tier_tolerance)
+        demands, slots = _supply(cl)
+        defs, groups = _multis(cl)
+        types = sorted({pool.gpu_type for pool in cl.pools})
+        templates = [_class_templates(cl, a, demands, groups, defs) for a in range(len(classes))]
+        for T in templates:
+            T["type_code"] = np.searchsorted(types, T["gpu_type"]) if len(T["gpu_type"]) else np.zeros(0, int)
+        derived[key] = _Catalog(cl, demands, slots, defs, groups, types, templates)
+    return derived[key]
+
+
+_CATALOG = "formulations.joint_options: catalog"  # Cluster.derived's key, with the classes and tolerance
+
+
 def enumerate_joint_options(ri: RoundInput, prune: bool = True) -> JointOptions:
     """Every job's options (C_j of joint.py's docstring), valued and pruned.
 
@@ -596,24 +631,27 @@ def enumerate_joint_options(ri: RoundInput, prune: bool = True) -> JointOptions:
         to fold its levels in before pruning.
     """
     jobs, settings = ri.jobs, ri.settings
-    cl = joint_cluster(ri)
+    catalog = _catalog(ri)
+    cl, demands, slots, defs, groups = catalog.cluster, catalog.demands, catalog.slots, catalog.multi, catalog.groups
+    types, templates = catalog.types, catalog.templates
     node_index = ri.cluster.node_index
-    demands, slots = _supply(cl)
-    defs, groups = _multis(cl)
-    types = sorted({pool.gpu_type for pool in cl.pools})
-    templates = [_class_templates(cl, a, demands, groups, defs) for a in range(len(cl.classes))]
-    for T in templates:
-        T["type_code"] = np.searchsorted(types, T["gpu_type"]) if len(T["gpu_type"]) else np.zeros(0, int)
     types_ok = np.array([[t in job.throughput for t in types] for job in jobs], dtype=bool).reshape(len(jobs), len(types))
+    class_of = np.array([cl.classes.index(job.variability_class) for job in jobs], dtype=int)
+    min_gpus, max_gpus = (np.array([getattr(job, k) for job in jobs], dtype=int) for k in ("min_gpus", "max_gpus"))
+    pinned = np.array([job.pinned for job in jobs], dtype=bool)
     parts: list[dict[str, np.ndarray]] = []
+    for a, T in enumerate(templates):  # every job of a class against its class's templates at once
+        js = np.flatnonzero(class_of == a)
+        ok = ((T["gpus"] >= min_gpus[js, None]) & (T["gpus"] <= max_gpus[js, None]) & ~pinned[js, None]  # a pinned job only stays
+              & types_ok[js][:, T["type_code"]])
+        rows, cols = np.nonzero(ok)
+        parts.append({k: v[cols] for k, v in T.items()} | {"job": js[rows]})
+    if parts:  # job by job, each job's options as its templates list them
+        order = np.argsort(np.concatenate([part["job"] for part in parts]), kind="stable")
+        parts = [{k: np.concatenate([part[k] for part in parts])[order] for k in parts[0]}]
     stays = _Rows()
     stay_job, stay_gpus = [], {}
     for j, job in enumerate(jobs):
-        T = templates[cl.classes.index(job.variability_class)]
-        ok = (T["gpus"] >= job.min_gpus) & (T["gpus"] <= job.max_gpus) & (not job.pinned)  # a pinned job only stays
-        if not types_ok[j].all():
-            ok &= types_ok[j][T["type_code"]]
-        parts.append({k: v[ok] for k, v in T.items()} | {"job": np.full(int(ok.sum()), j)})
         if job.running and job.min_gpus <= len(job.current_gpus) <= job.max_gpus:
             held, tau, scale, n = _stay(job, cl, node_index)
             gpu_type = ri.cluster.nodes[next(iter(held))].gpu_type
