@@ -586,8 +586,8 @@ class _Catalog:
     slots: tuple[Slot, ...]
     multi: tuple[Multi, ...]
     groups: tuple[MultiGroup, ...]
-    types: list[str]
-    templates: list[dict[str, np.ndarray]]
+    types: tuple[str, ...]
+    templates: tuple[dict[str, np.ndarray], ...]
 
 
 def _catalog(ri: RoundInput) -> _Catalog:
@@ -600,8 +600,8 @@ def _catalog(ri: RoundInput) -> _Catalog:
         cl = joint_cluster(ri.cluster, classes, ri.settings.tier_tolerance)
         demands, slots = _supply(cl)
         defs, groups = _multis(cl)
-        types = sorted({pool.gpu_type for pool in cl.pools})
-        templates = [_class_templates(cl, a, demands, groups, defs) for a in range(len(classes))]
+        types = tuple(sorted({pool.gpu_type for pool in cl.pools}))
+        templates = tuple(_class_templates(cl, a, demands, groups, defs) for a in range(len(classes)))
         for T in templates:
             T["type_code"] = np.searchsorted(types, T["gpu_type"]) if len(T["gpu_type"]) else np.zeros(0, int)
         derived[key] = _Catalog(cl, demands, slots, defs, groups, types, templates)
@@ -644,8 +644,8 @@ def enumerate_joint_options(ri: RoundInput, prune: bool = True) -> JointOptions:
         js = np.flatnonzero(class_of == a)
         ok = ((T["gpus"] >= min_gpus[js, None]) & (T["gpus"] <= max_gpus[js, None]) & ~pinned[js, None]  # a pinned job only stays
               & types_ok[js][:, T["type_code"]])
-        rows, cols = np.nonzero(ok)
-        parts.append({k: v[cols] for k, v in T.items()} | {"job": js[rows]})
+        at_job, at_template = np.nonzero(ok)
+        parts.append({k: v[at_template] for k, v in T.items()} | {"job": js[at_job]})
     if parts:  # job by job, each job's options as its templates list them
         order = np.argsort(np.concatenate([part["job"] for part in parts]), kind="stable")
         parts = [{k: np.concatenate([part[k] for part in parts])[order] for k in parts[0]}]
