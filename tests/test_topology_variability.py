@@ -9,7 +9,16 @@ import pytest
 from schedlab import topology
 from schedlab.clusters import ClusterSpec, make_cluster
 from schedlab.errors import ConfigError
-from schedlab.models.variability import assign_slowdowns, classify, measured_classes, ready_32gpu, sample_measured, tiered
+from schedlab.models import variability
+from schedlab.models.variability import (
+    assign_slowdowns,
+    classify,
+    measured_classes,
+    ready_32gpu,
+    sample_measured,
+    silhouette_of_distinct,
+    tiered,
+)
 
 
 def _graph(spec: ClusterSpec):
@@ -59,6 +68,29 @@ def test_kmeans_picks_k_by_silhouette_and_outliers_get_their_own_class():
     assert sf["g0"] == pytest.approx(100 / 110, rel=0.01)  # centroid over the median centroid
     assert sf["g120"] == pytest.approx(300 / 110, rel=0.01)
     assert len(set(sf.round(6))) == 4
+
+
+def test_the_silhouette_over_distinct_values_is_scikit_learns():
+    # A simulated cluster's GPUs draw from a few hundred measured ones: many equal values, some
+    # clusters of one. The distinct-value sums must give scikit-learn's pairwise score.
+    from sklearn.cluster import KMeans
+    from sklearn.metrics import silhouette_score
+
+    rng = np.random.default_rng(4)
+    for size, distinct in ((400, 30), (1500, 250), (60, 60)):
+        values = np.append(rng.choice(rng.gamma(2.0, 1.0, distinct), size=size), 40.0)  # 40: a cluster of one
+        for k in (2, 4, 7):
+            labels = KMeans(n_clusters=k, n_init=3, random_state=0).fit(values.reshape(-1, 1)).labels_
+            assert silhouette_of_distinct(values, labels) == pytest.approx(silhouette_score(values.reshape(-1, 1), labels),
+                                                                           abs=1e-12)
+
+
+def test_tiers_of_a_large_cluster_are_those_the_pairwise_silhouette_gives(monkeypatch):
+    values = pd.Series(np.random.default_rng(6).choice(measured_classes()["classA"].gpu_perf.to_numpy(), size=1200))
+    pairwise = classify(values)
+    monkeypatch.setattr(variability, "SILHOUETTE_PAIRWISE_MAX", 100)  # as a cluster of 65,536 GPUs is tiered
+    by_distinct = classify(values)
+    assert by_distinct.k == pairwise.k and (by_distinct.labels == pairwise.labels).all()
 
 
 def test_measured_classes_are_not_stuck_at_two_clusters():

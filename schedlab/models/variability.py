@@ -34,8 +34,8 @@ import pandas as pd
 from schedlab.errors import ConfigError
 from schedlab.models.profiles import data_dir
 
-__all__ = ["CLASSES", "K_RANGE", "ClassVariability", "assign_slowdowns", "classify", "measured_classes", "ready_32gpu",
-           "sample_measured", "tiered"]
+__all__ = ["CLASSES", "K_RANGE", "SILHOUETTE_PAIRWISE_MAX", "ClassVariability", "assign_slowdowns", "classify",
+           "measured_classes", "ready_32gpu", "sample_measured", "silhouette_of_distinct", "tiered"]
 
 CLASSES = ("classA", "classB", "classC", "classD")
 K_RANGE = range(2, 11)
@@ -64,6 +64,37 @@ class ClassVariability:
         return np.unique(np.round(self.centroids / np.median(self.centroids[: self.k]), 6))
 
 
+# Above this many values the silhouette is computed over the distinct values (`silhouette_of_distinct`):
+# scikit-learn's compares every pair, 2 s for 10,000 values per k, and a simulated cluster's
+# GPUs draw from a few hundred measured ones (16,384 GPUs: 83 s to tier; 65,536: over 15 min).
+SILHOUETTE_PAIRWISE_MAX = 8_192
+
+
+def silhouette_of_distinct(values: np.ndarray, labels: np.ndarray) -> float:
+    """The mean silhouette coefficient of 1-D `values` in clusters `labels` (scikit-learn's
+    silhouette_score, the same definition), computed over the distinct values with their counts:
+    equal values share a label (k-means assigns a point to its nearest centroid), so each
+    distinct value's sums of distances to every cluster serve all its copies. a(i): the mean
+    distance to the other members of its cluster; b(i): the least mean distance to another
+    cluster; s(i) = (b - a) / max(a, b), 0 in a cluster of one."""
+    distinct, first, count = np.unique(values, return_index=True, return_counts=True)
+    label = labels[first]
+    k = int(labels.max()) + 1
+    member = np.zeros((len(distinct), k))
+    member[np.arange(len(distinct)), label] = count
+    to_cluster = np.abs(distinct[:, None] - distinct[None, :]) @ member  # sum of distances to each cluster
+    size = member.sum(axis=0)
+    own = size[label]
+    a = to_cluster[np.arange(len(distinct)), label] / np.maximum(own - 1, 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_to = to_cluster / size
+        mean_to[np.arange(len(distinct)), label] = np.inf
+        b = mean_to.min(axis=1)
+        s = np.nan_to_num((b - a) / np.maximum(a, b))
+    s = np.where(own > 1, s, 0.0)
+    return float(count @ s / count.sum())
+
+
 def classify(perf: pd.Series, name: str = "", seed: int = 0) -> ClassVariability:
     """Cluster per-GPU perf values (uuid -> perf) as PAL does, with k by silhouette."""
     from sklearn.cluster import KMeans  # here: only clusters with measured variability need k-means
@@ -79,7 +110,8 @@ def classify(perf: pd.Series, name: str = "", seed: int = 0) -> ClassVariability
         if k >= len(np.unique(inliers)):
             break
         km = KMeans(n_clusters=k, n_init=10, random_state=seed).fit(inliers)
-        score = silhouette_score(inliers, km.labels_)
+        score = (silhouette_score(inliers, km.labels_) if len(inliers) <= SILHOUETTE_PAIRWISE_MAX
+                 else silhouette_of_distinct(inliers.ravel(), km.labels_))
         if best is None or score > best[0]:
             best = (score, k, km)
     if best is None:
