@@ -5,7 +5,8 @@ PageRank-like) the measured GPUs' performance (median `perf` over each GPU's run
 slower) is clustered:
   1. outliers, perf > mean + 3 sigma, each become a class of their own;
   2. the rest are clustered by k-means (scikit-learn, 10 seeded restarts) with k in 2..10
-     chosen by the best silhouette score;
+     chosen by the best silhouette score (scikit-learn's; over a simulated cluster of more than
+     SILHOUETTE_PAIRWISE_MAX GPUs, the same score over the distinct values with their counts);
   3. a GPU's slowdown factor is its cluster's centroid / the median k-means centroid (the
      outliers' own classes do not move the reference: a typical GPU stays near 1).
 What we changed: PAL's artifact always ends with k = 2 (its selection loop keeps the first k);
