@@ -75,9 +75,20 @@ def solve_round(round_input: RoundInput | Mapping[str, Any], *, solver: str | No
     """
     started_s = time.perf_counter()
     with _collector_paused():
-        return _solve_round(round_input, started_s, solver=solver, time_limit_s=time_limit_s, mip_gap=mip_gap,
-                            formulation=formulation, partitions=partitions, solver_options=solver_options,
-                            executor=executor, customize=customize)
+        overrides = {k: v for k, v in {"solver": solver, "time_limit_s": time_limit_s, "mip_gap": mip_gap,
+                                        "formulation": formulation, "partitions": partitions,
+                                        "solver_options": solver_options}.items() if v is not None}
+        ri = parse_round_input(round_input, overrides)  # keyword overrides are checked as the JSON's fields are
+        if customize is not None:
+            if auto_partitions(ri) > 1:
+                raise InputError(["settings.partitions: a customized round is solved whole; set partitions to 1"])
+            return _solve_validated(ri, started_s, customize)
+        if (k := auto_partitions(ri)) > 1:
+            left_s = ri.settings.time_limit_s - (time.perf_counter() - started_s)
+            result = solve_partitioned(ri, k, _solve_validated, executor, left_s)
+            verify(ri, result.allocations)
+            return result
+        return _solve_validated(ri, started_s)
 
 
 @contextlib.contextmanager
@@ -95,27 +106,6 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-
-
-def _solve_round(round_input: RoundInput | Mapping[str, Any], started_s: float, *, solver: str | None,
-                 time_limit_s: float | None, mip_gap: float | None, formulation: str | None,
-                 partitions: int | None, solver_options: Mapping[str, Any] | None, executor: Executor | None,
-                 customize: Callable[[pyo.ConcreteModel], object] | None) -> RoundResult:
-    """solve_round's body, with the collector paused."""
-    overrides = {k: v for k, v in {"solver": solver, "time_limit_s": time_limit_s, "mip_gap": mip_gap,
-                                    "formulation": formulation, "partitions": partitions,
-                                    "solver_options": solver_options}.items() if v is not None}
-    ri = parse_round_input(round_input, overrides)  # keyword overrides are checked as the JSON's fields are
-    if customize is not None:
-        if auto_partitions(ri) > 1:
-            raise InputError(["settings.partitions: a customized round is solved whole; set partitions to 1"])
-        return _solve_validated(ri, started_s, customize)
-    if (k := auto_partitions(ri)) > 1:
-        left_s = ri.settings.time_limit_s - (time.perf_counter() - started_s)
-        result = solve_partitioned(ri, k, _solve_validated, executor, left_s)
-        verify(ri, result.allocations)
-        return result
-    return _solve_validated(ri, started_s)
 
 
 def build_model(round_input: RoundInput | Mapping[str, Any], *, formulation: str | None = None) -> pyo.ConcreteModel:

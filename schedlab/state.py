@@ -8,15 +8,17 @@ Batch convention (Pollux): a job on `r` GPUs with per-GPU micro-batch `local_bsz
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = ["APP_CLASS", "DEFAULT_CLASS", "BatchLimits", "Cluster", "FreezePenalty", "FreezeSpec", "GpuRef", "GradStats",
            "JobAllocation", "JobSpec", "LayerGroup", "Node", "Rack", "RoundInput", "RoundResult", "Settings", "Status",
            "ThroughputParams", "Topology", "variability_class"]
+
+_T = TypeVar("_T")
 
 # PAL's application classes (models.variability) of the shipped applications: ResNet-like CNNs
 # are class A, BERT-like (and, our choice, the RNN DeepSpeech2) class B, and NCF, memory-bound
@@ -153,6 +155,12 @@ class Cluster:
         these were a good part of each of its rounds; a Cluster is a value, so they hold as
         long as it lives."""
         return {}
+
+    def derive(self, key: Hashable, make: Callable[[], _T]) -> _T:
+        """`derived[key]`, made by `make()` the first time it is asked for."""
+        if key not in self.derived:
+            self.derived[key] = make()
+        return self.derived[key]
 
 
 @dataclass(frozen=True, order=True)

@@ -59,7 +59,7 @@ def test_solve_round_leaves_the_garbage_collector_as_it_found_it(monkeypatch):
     had it: on again, or still off; also when the round's input is refused."""
     seen = []
     with monkeypatch.context() as m:
-        m.setattr(schedlab.api, "_solve_round", lambda *a, **k: seen.append(gc.isenabled()))
+        m.setattr(schedlab.api, "_solve_validated", lambda *a, **k: seen.append(gc.isenabled()))
         for enabled in (True, False):
             (gc.enable if enabled else gc.disable)()
             solve_round(_example())

@@ -592,23 +592,21 @@ class _Catalog:
 
 def _catalog(ri: RoundInput) -> _Catalog:
     """The round's catalog, made once per cluster, classes in play and tier tolerance
-    (Cluster.derived: a replay's rounds share their cluster)."""
+    (Cluster.derive: a replay's rounds share their cluster)."""
     classes = tuple(sorted({job.variability_class for job in ri.jobs}))
-    key = (_CATALOG, classes, ri.settings.tier_tolerance)
-    derived = ri.cluster.derived
-    if key not in derived:
-        cl = joint_cluster(ri.cluster, classes, ri.settings.tier_tolerance)
-        demands, slots = _supply(cl)
-        defs, groups = _multis(cl)
-        types = tuple(sorted({pool.gpu_type for pool in cl.pools}))
-        templates = tuple(_class_templates(cl, a, demands, groups, defs) for a in range(len(classes)))
-        for T in templates:
-            T["type_code"] = np.searchsorted(types, T["gpu_type"]) if len(T["gpu_type"]) else np.zeros(0, int)
-        derived[key] = _Catalog(cl, demands, slots, defs, groups, types, templates)
-    return derived[key]
+    tolerance = ri.settings.tier_tolerance
+    return ri.cluster.derive(("formulations.joint_options: catalog", classes, tolerance),
+                             lambda: _make_catalog(joint_cluster(ri.cluster, classes, tolerance)))
 
 
-_CATALOG = "formulations.joint_options: catalog"  # Cluster.derived's key, with the classes and tolerance
+def _make_catalog(cl: JointCluster) -> _Catalog:
+    demands, slots = _supply(cl)
+    defs, groups = _multis(cl)
+    types = tuple(sorted({pool.gpu_type for pool in cl.pools}))
+    templates = tuple(_class_templates(cl, a, demands, groups, defs) for a in range(len(cl.classes)))
+    for T in templates:
+        T["type_code"] = np.searchsorted(types, T["gpu_type"]) if len(T["gpu_type"]) else np.zeros(0, int)
+    return _Catalog(cl, demands, slots, defs, groups, types, templates)
 
 
 def enumerate_joint_options(ri: RoundInput, prune: bool = True) -> JointOptions:

@@ -109,18 +109,16 @@ class NodeGroup:
 
 def node_groups(round_input: RoundInput) -> tuple[NodeGroup, ...]:
     """The round's nodes with GPUs, grouped by (GPU type, GPUs per node), in the order of that
-    key; found once per cluster (Cluster.derived)."""
-    derived = round_input.cluster.derived
-    if _NODE_GROUPS not in derived:
-        by_key: dict[tuple[str, int], list[int]] = {}
-        for k, node in enumerate(round_input.cluster.nodes):
-            if node.gpus > 0:
-                by_key.setdefault((node.gpu_type, node.gpus), []).append(k)
-        derived[_NODE_GROUPS] = tuple(NodeGroup(t, g, tuple(ks)) for (t, g), ks in sorted(by_key.items()))
-    return derived[_NODE_GROUPS]
+    key; found once per cluster (Cluster.derive)."""
+    return round_input.cluster.derive("formulations.options: node groups", lambda: _node_groups(round_input.cluster))
 
 
-_NODE_GROUPS = "formulations.options: node groups"  # Cluster.derived's key
+def _node_groups(cluster: Cluster) -> tuple[NodeGroup, ...]:
+    by_key: dict[tuple[str, int], list[int]] = {}
+    for k, node in enumerate(cluster.nodes):
+        if node.gpus > 0:
+            by_key.setdefault((node.gpu_type, node.gpus), []).append(k)
+    return tuple(NodeGroup(t, g, tuple(ks)) for (t, g), ks in sorted(by_key.items()))
 
 
 class OptionCounts:
