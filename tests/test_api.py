@@ -249,6 +249,22 @@ def test_cli_bench_prints_the_documented_keys():
     assert summary["total_over_lp"] == pytest.approx(summary["total_p50_ms"] / summary["lp_alone_p50_ms"])
 
 
+def test_bench_solves_at_the_mip_gap_asked_and_reports_the_loss_against_the_lp_bound(monkeypatch):
+    import schedlab.bench.latency as latency
+
+    gaps = []
+
+    def solve(ri):
+        gaps.append(ri.settings.mip_gap)
+        return schedlab.solve_round(ri)
+
+    monkeypatch.setattr(latency, "solve_round", solve)
+    summary = latency.run_bench(16, 10, 2, seed=3, mip_gap=0.02)
+    assert gaps == [0.02, 0.02] and summary["mip_gap"] == 0.02
+    # an answer within 2 % of its own bound, and the LP relaxation's bound at least that bound
+    assert 0 <= summary["gap_max"] <= 0.02 and summary["gap_vs_lp_max"] >= summary["gap_max"] - 1e-9
+
+
 def test_cli_bench_scale_prints_a_table_and_one_json_line():
     out = _cli("bench", "--scale", "--max-gpus", "256")
     assert out.returncode == 0, out.stderr

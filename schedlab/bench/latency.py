@@ -35,7 +35,7 @@ __all__ = ["SCALE_GPUS", "run_bench", "run_scale", "scale_rounds"]
 def run_bench(num_gpus: int, num_jobs: int, rounds: int, solver: str = Settings.solver, seed: int = 0,
               p: float = -1.0, time_limit_s: float = 10.0, freeze_fraction: float = 0.0,
               formulation: str = "goodput", racks: int = 0, variability: str = "none",
-              pools: tuple[NodePool, ...] = ()) -> dict:
+              pools: tuple[NodePool, ...] = (), mip_gap: float = Settings.mip_gap) -> dict:
     """Solve `rounds` random rounds; latency percentiles (ms), worst gap and status counts.
 
     With `pools` the rounds run on those node pools of GPU types (bench.rounds.random_round;
@@ -46,9 +46,12 @@ def run_bench(num_gpus: int, num_jobs: int, rounds: int, solver: str = Settings.
     formulation's greedy, decoded and verified (`_floor_s`, timed apart from the round).
     `lp_alone_p50_ms` is the floor of any exact solve of the round: its model's LP relaxation
     solved alone by HiGHS (`_lp_alone_s`, null for a round that is not one model), and
-    `total_over_lp` how many times that the whole round takes (total_p50_ms / lp_alone_p50_ms)."""
+    `total_over_lp` how many times that the whole round takes (total_p50_ms / lp_alone_p50_ms).
+    `gap_max` is each answer's own gap (a partitioned answer's: against its parts' bounds), and
+    `gap_vs_lp_max` its loss against that LP relaxation's bound (`_loss_vs`), the one figure
+    that compares a partitioned answer with the whole round."""
     rng = np.random.default_rng(seed)
-    build, solve, total, gaps, floor, lp_alone = [], [], [], [], [], []
+    build, solve, total, gaps, floor, lp_alone, losses = [], [], [], [], [], [], []
     statuses: collections.Counter[str] = collections.Counter()
     cluster = None
     if pools:
@@ -57,7 +60,7 @@ def run_bench(num_gpus: int, num_jobs: int, rounds: int, solver: str = Settings.
         spec = ClusterSpec(max(num_gpus // 4, 1), 4, racks=racks, uplink_gbps=50.0, variability=variability, seed=seed,
                            pools=pools)
         cluster = make_cluster(spec)[0]
-    settings = Settings(formulation=formulation, p=p, solver=solver, time_limit_s=time_limit_s)
+    settings = Settings(formulation=formulation, p=p, solver=solver, time_limit_s=time_limit_s, mip_gap=mip_gap)
     for _ in range(rounds):
         ri = random_round(rng, num_gpus, num_jobs, settings=settings, freeze_fraction=freeze_fraction, pools=pools)
         if cluster is not None:
@@ -71,16 +74,18 @@ def run_bench(num_gpus: int, num_jobs: int, rounds: int, solver: str = Settings.
         statuses[res.status] += 1
         model = FORMULATIONS[ri.settings.formulation](ri)
         floor.append(_floor_s(ri, model))
-        lp_alone.append(_lp_alone_s(model))
+        seconds, bound = _lp_alone(model)
+        lp_alone.append(seconds)
+        losses.append(_loss_vs(ri, res, bound))
     total_ms, lp_ms = _ms(total, 50), _ms(lp_alone, 50)
     return {
         "gpus": num_gpus, "jobs": num_jobs, "rounds": rounds, "solver": solver, "formulation": formulation,
         **({"cluster": pools_text(pools)} if pools else {}),
-        "racks": racks, "variability": variability, "p": p, "freeze": freeze_fraction,
+        "racks": racks, "variability": variability, "p": p, "freeze": freeze_fraction, "mip_gap": mip_gap,
         "build_p50_ms": _ms(build, 50), "solve_p50_ms": _ms(solve, 50),
         "total_p50_ms": total_ms, "total_p95_ms": _ms(total, 95), "total_max_ms": _ms(total, 100),
         "floor_p50_ms": _ms(floor, 50), "lp_alone_p50_ms": lp_ms, "total_over_lp": total_ms / lp_ms,
-        "gap_max": float(max(gaps)), "status_counts": dict(statuses),
+        "gap_max": float(max(gaps)), "gap_vs_lp_max": float(np.max(losses)), "status_counts": dict(statuses),
     }
 
 
@@ -92,16 +97,16 @@ def _floor_s(ri: RoundInput, model: RoundModel) -> float:
     return time.perf_counter() - t0
 
 
-def _lp_alone_s(model: RoundModel) -> float:
+def _lp_alone(model: RoundModel) -> tuple[float, float]:
     """Seconds HiGHS takes on the model's LP relaxation alone (integrality dropped, presolve off:
-    solvers.highs_direct.lp_bound), the model handed over and solved, its arrays built untimed;
-    NaN for a round solved as a sequence of models (no arrays)."""
+    solvers.highs_direct.lp_bound), the model handed over and solved, its arrays built untimed,
+    and the relaxation's bound; NaN for both for a round solved as a sequence of models (no arrays)."""
     if not hasattr(model, "arrays"):
-        return math.nan
+        return math.nan, math.nan
     arrays = cast(MilpModel, model).arrays()
     t0 = time.perf_counter()
-    lp_bound(arrays)
-    return time.perf_counter() - t0
+    bound = lp_bound(arrays)
+    return time.perf_counter() - t0, bound
 
 
 def _ms(seconds: list[float], q: float) -> float:
@@ -119,7 +124,7 @@ def scale_rounds(num_gpus: int) -> int:
 
 def run_scale(sizes: tuple[int, ...] = SCALE_GPUS, seed: int = 0, time_limit_s: float = 30.0,
               formulation: str = "goodput", rack_nodes: int = 0, variability: str = "none",
-              gpu_types: tuple[str, ...] = ()) -> list[dict]:
+              gpu_types: tuple[str, ...] = (), mip_gap: float = Settings.mip_gap) -> list[dict]:
     """One row per cluster size (jobs = GPUs / 2), each measured in a fresh process so that its
     memory peak is its own: `_scale_row`.
 
@@ -136,7 +141,7 @@ def run_scale(sizes: tuple[int, ...] = SCALE_GPUS, seed: int = 0, time_limit_s: 
     for gpus in sizes:
         with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
             rows.append(pool.submit(_scale_row, gpus, gpus // 2, scale_rounds(gpus), seed, time_limit_s, formulation,
-                                    rack_nodes, variability, gpu_types).result())
+                                    rack_nodes, variability, gpu_types, mip_gap).result())
     return rows
 
 
@@ -152,11 +157,11 @@ def _scale_cluster(num_gpus: int, rack_nodes: int, variability: str, seed: int,
 
 
 def _scale_row(num_gpus: int, num_jobs: int, rounds: int, seed: int, time_limit_s: float, formulation: str,
-               rack_nodes: int, variability: str, gpu_types: tuple[str, ...] = ()) -> dict:
+               rack_nodes: int, variability: str, gpu_types: tuple[str, ...] = (), mip_gap: float = Settings.mip_gap) -> dict:
     """Latency of `rounds` random rounds (auto partitions), and after the timing, untimed, each
     answer's loss against the unpartitioned round's LP bound (`_loss_vs_lp_bound`)."""
     rng = np.random.default_rng(seed)
-    settings = Settings(formulation=formulation, time_limit_s=time_limit_s)
+    settings = Settings(formulation=formulation, time_limit_s=time_limit_s, mip_gap=mip_gap)
     pools = mixed_pools(num_gpus, gpu_types) if gpu_types else ()
     cluster = _scale_cluster(num_gpus, rack_nodes, variability, seed, pools)
     options, build, solve, total, losses, parts = [], [], [], [], [], []
@@ -176,7 +181,7 @@ def _scale_row(num_gpus: int, num_jobs: int, rounds: int, seed: int, time_limit_
         losses.append(_loss_vs_lp_bound(ri, res))
     peak_mb = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024
     racks = len(cluster.topology.racks) if cluster is not None and cluster.topology is not None else 0
-    return {"gpus": num_gpus, "jobs": num_jobs, "rounds": rounds, "formulation": formulation, "racks": racks,
+    return {"gpus": num_gpus, "jobs": num_jobs, "rounds": rounds, "formulation": formulation, "mip_gap": mip_gap, "racks": racks,
             **({"cluster": pools_text(pools)} if pools else {}), "variability": variability, "partitions": max(parts),
             "options_p50_ms": _ms(options, 50), "build_p50_ms": _ms(build, 50), "solve_p50_ms": _ms(solve, 50),
             "total_p50_ms": _ms(total, 50), "total_p95_ms": _ms(total, 95),
@@ -184,11 +189,20 @@ def _scale_row(num_gpus: int, num_jobs: int, rounds: int, seed: int, time_limit_
 
 
 def _loss_vs_lp_bound(ri: RoundInput, res: RoundResult) -> float:
-    """(LP bound - objective) / |objective|, both of the unpartitioned round's model (an upper
-    bound on the answer's loss against that model's optimum): the bound its LP relaxation's, the
+    """`_loss_vs` the unpartitioned round's LP bound, its relaxation solved here (NaN where the
+    round is not one MILP)."""
+    model = FORMULATIONS[ri.settings.formulation](ri)
+    if not hasattr(model, "arrays"):
+        return math.nan
+    return _loss_vs(ri, res, lp_bound(cast(OneRoundModel, model).arrays()))
+
+
+def _loss_vs(ri: RoundInput, res: RoundResult, bound: float) -> float:
+    """(bound - objective) / |objective|, both of the unpartitioned round's model, `bound` its LP
+    relaxation's (an upper bound on the answer's loss against that model's optimum): the
     objective the answer's own where the whole model found it, else (a partitioned answer) the
-    formulation's `value` of it. NaN where the model is not one MILP, or a partitioned answer
-    has no `value` to be valued by."""
+    formulation's `value` of it. NaN where the bound is, or a partitioned answer has no `value`
+    to be valued by."""
     entry = FORMULATIONS[ri.settings.formulation]
     if res.status != PARTITIONED:
         objective = res.objective
@@ -196,8 +210,4 @@ def _loss_vs_lp_bound(ri: RoundInput, res: RoundResult) -> float:
         objective = entry.value(ri, res.allocations)
     else:
         return math.nan
-    model = entry(ri)
-    if not hasattr(model, "arrays"):
-        return math.nan
-    bound = lp_bound(cast(OneRoundModel, model).arrays())
     return (bound - objective) / max(abs(objective), 1e-9)

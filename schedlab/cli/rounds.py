@@ -131,6 +131,8 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--p", default="-1", help="power-mean exponent, or -inf for max-min")
     parser.add_argument("--seed", type=number(int, 0, 2**53), default=0)
     parser.add_argument("--time-limit", type=float, default=10.0, help="a round's time_limit_s (checked as the JSON field)")
+    parser.add_argument("--mip-gap", type=float, default=Settings.mip_gap,
+                        help="a round's mip_gap, the relative gap at which it is optimal (checked as the JSON field)")
     parser.add_argument("--freeze", type=number(float, 0.0, 1.0), default=0.0,
                         help="fraction of jobs that opt in to layer freezing")
     parser.add_argument("--formulation", default="goodput", help="the round model: goodput, joint or placement")
@@ -168,7 +170,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     p = -math.inf if args.p in ("-inf", "max-min") else float(args.p)
     out = run_bench(args.gpus or 64, args.jobs, args.rounds, solver=args.solver, seed=args.seed, p=p,
                     time_limit_s=args.time_limit, freeze_fraction=args.freeze, formulation=args.formulation,
-                    racks=args.racks, variability=args.variability, pools=pools)
+                    racks=args.racks, variability=args.variability, pools=pools, mip_gap=args.mip_gap)
     if args.json:
         print(json_text(out))
     else:
@@ -191,7 +193,7 @@ def _bench_scale(args: argparse.Namespace) -> int:
         return fail(f"--types {args.types}: {unknown}")
     sizes = tuple(g for g in SCALE_GPUS if g <= args.max_gpus)
     rows = run_scale(sizes, seed=args.seed, time_limit_s=args.time_limit, formulation=args.formulation,
-                     rack_nodes=args.rack_nodes, variability=args.variability, gpu_types=types)
+                     rack_nodes=args.rack_nodes, variability=args.variability, gpu_types=types, mip_gap=args.mip_gap)
     if not args.json:
         print(f"{'GPUs':>7} {'jobs':>6} {'rounds':>6} {'parts':>5} {'options p50':>11} {'build p50':>10} {'solve p50':>10} "
               f"{'total p50':>10} {'total p95':>10} {'gap vs LP':>10} {'peak MB':>8}  statuses")
