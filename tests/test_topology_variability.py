@@ -169,3 +169,22 @@ def test_a_slowdown_list_must_match_the_nodes_gpus():
 
     with pytest.raises(InputError, match=r"cluster.nodes\[0\].slowdown.classA: must list one factor per GPU \(2\)"):
         parse_round_input({"cluster": {"nodes": [{"id": "n0", "gpus": 2, "slowdown": {"classA": [1.0]}}]}, "jobs": []})
+
+
+@pytest.mark.parametrize("bad, message", [
+    (-1, "must be > 0, got -1"), (True, "must be a number, got True"), (float("nan"), "must be a finite number, got nan"),
+    (1e9, "must be <= 1000"), ("2", "must be a number, got '2'"),
+])
+@pytest.mark.parametrize("as_object", [False, True])
+def test_each_bad_slowdown_factor_is_named_by_its_gpu_index(bad, message, as_object):
+    from schedlab.errors import InputError
+    from schedlab.io import parse_round_input
+    from schedlab.state import Cluster, Node, RoundInput
+
+    node = {"id": "n0", "gpus": 2, "slowdown": {"classA": [1.0, bad]}}
+    raw = ({"cluster": {"nodes": [node]}, "jobs": []} if not as_object
+           else RoundInput(Cluster((Node("n0", 2, slowdown={"classA": (1.0, bad)}),)), ()))
+    with pytest.raises(InputError) as info:
+        parse_round_input(raw)
+    [problem] = info.value.problems
+    assert problem.startswith(f"cluster.nodes[0].slowdown.classA[1]: {message}")
