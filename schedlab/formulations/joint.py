@@ -280,6 +280,13 @@ def _node_patterns(shape: tuple[int, ...], holds: tuple[tuple[int, ...], ...], u
     return tuple(out)
 
 
+@cache
+def _part_counts(pattern: tuple[tuple[int, ...], ...]) -> tuple[tuple[tuple[int, ...], int], ...]:
+    """cnt_pi(m) of a pattern's parts P: each composition m with how many parts equal it (alike
+    nodes meet the same patterns round after round)."""
+    return tuple(Counter(pattern).items())
+
+
 @dataclass(frozen=True)
 class _Offsets:
     """Where each block of columns starts: x at 0, then y, z, q, w, u (and t)."""
@@ -388,7 +395,7 @@ def _pattern_rows(opts: JointOptions, st: Structure, out: dict[str, Rows]) -> No
     y_rows = [(comp_row[opts.slots[s].pool, opts.slots[s].comp], at.y + i) for i, s in enumerate(st.y_cols)
               if (opts.slots[s].pool, opts.slots[s].comp) in comp_row]
     parts = [(comp_row[p, m], at.u + i, -float(k)) for i, (p, _, pattern) in enumerate(st.u_cols)
-             for m, k in Counter(pattern).items()]
+             for m, k in _part_counts(pattern)]
     out["comp"].extend(list(st.comp_rows), np.array([r for r, _ in y_rows] + [r for r, _, _ in parts], dtype=int),
                        np.array([c for _, c in y_rows] + [c for _, c, _ in parts], dtype=int),
                        np.array([1.0] * len(y_rows) + [k for _, _, k in parts]), -inf, 0.0)
@@ -403,16 +410,9 @@ def _columns(opts: JointOptions, st: Structure) -> tuple[np.ndarray, np.ndarray,
     cl, n = opts.cluster, opts.num_options
     max_min = opts.round_input.settings.max_min
     c = np.concatenate([opts.utility - opts.U0[opts.job], np.zeros(st.num_cols)])
-    y_hi = []
-    for i in st.y_cols:
-        slot = opts.slots[i]
-        pool = cl.pools[slot.pool]
-        y_hi.append(len(pool.nodes) * (pool.gpus_per_node // slot.gpus) if pool.homogeneous else
-                    min(len(members) // m for members, m in zip(pool.slices, slot.comp) if m))
-    nodes = {e: sum(len(cl.pools[p].nodes) for p in opts.multi[e].pools) for e, _ in st.q_cols}
-    hi = np.concatenate([np.ones(n), np.asarray(y_hi, dtype=float),
+    hi = np.concatenate([np.ones(n), [float(opts.slots[i].most) for i in st.y_cols],
                          [float(len(cl.pools[p].nodes)) for _, p in st.z_cols],
-                         [float(nodes[e] // m) for e, m in st.q_cols],
+                         [float(opts.multi[e].nodes // m) for e, m in st.q_cols],
                          [cl.pools[cl.pool_of[k]].gpus_per_node // d for k, d in st.w_cols],
                          np.ones(len(st.u_cols))])
     integer = np.ones(len(c), dtype=bool)

@@ -199,12 +199,14 @@ class Demand:
 @dataclass(frozen=True)
 class Slot:
     """A column of y (joint.py): one job of class `cls` on a node of pool `pool`, taking `comp`
-    GPUs of each of its slices (a homogeneous pool has one slice: a chain size); it serves `demand`."""
+    GPUs of each of its slices (a homogeneous pool has one slice: a chain size); it serves
+    `demand`; `most`, y's upper bound: as many as the pool holds (joint.py's Variables)."""
 
     pool: int
     cls: int
     comp: tuple[int, ...]
     demand: int
+    most: int
 
     @property
     def gpus(self) -> int:
@@ -215,11 +217,13 @@ class Slot:
 @dataclass(frozen=True)
 class Multi:
     """A multi-node definition e of joint.py: whole nodes from the pools E_e (one GPU type and
-    size, one rack or any), for the options of its `group`; q_en has a column for n in `counts`."""
+    size, one rack or any), `nodes` of them, for the options of its `group`; q_en has a column
+    for n in `counts`."""
 
     pools: tuple[int, ...]
     group: int
     counts: tuple[int, ...]
+    nodes: int
 
 
 @dataclass(frozen=True)
@@ -374,7 +378,9 @@ def _supply(cl: JointCluster) -> tuple[tuple[Demand, ...], tuple[Slot, ...]]:
             sizes = tuple(len(members) for members in pool.slices)
             for m, tau in _comp_tiers(pool.signatures, sizes, pool.levels if pool.homogeneous else (), a):
                 demand = Demand(a, pool.gpu_type, sum(m), tau)
-                slots.append(Slot(p, a, m, index.setdefault(demand, len(index))))
+                most = (len(pool.nodes) * (pool.gpus_per_node // m[0]) if pool.homogeneous
+                        else min(n // k for n, k in zip(sizes, m) if k))
+                slots.append(Slot(p, a, m, index.setdefault(demand, len(index)), most))
     return tuple(index), tuple(slots)
 
 
@@ -412,12 +418,13 @@ def _multis(cl: JointCluster) -> tuple[tuple[Multi, ...], tuple[MultiGroup, ...]
                 if len(by_rack) > 1:
                     scopes.append((eligible, cl.cross_rack_scale, True))
                 for scope, scale, spans in scopes:
-                    counts = multi_node_counts(sum(len(cl.pools[p].nodes) for p in scope))
+                    nodes = sum(len(cl.pools[p].nodes) for p in scope)
+                    counts = multi_node_counts(nodes)
                     if tuple(scope) in seen or not counts:
                         continue
                     seen.add(tuple(scope))
                     group = group_index.setdefault((a, gpu_type, g, t, scale, spans), len(group_index))
-                    defs.append(Multi(tuple(scope), group, tuple(counts)))
+                    defs.append(Multi(tuple(scope), group, tuple(counts), nodes))
     members_of: dict[int, list[int]] = {}
     for e, d in enumerate(defs):
         members_of.setdefault(d.group, []).append(e)
