@@ -28,6 +28,7 @@ unpartitioned LP bound.
 
 from __future__ import annotations
 
+import heapq
 import math
 import os
 from collections import Counter
@@ -38,7 +39,7 @@ from dataclasses import replace
 import numpy as np
 
 from schedlab.formulations import FORMULATIONS
-from schedlab.state import Cluster, RoundInput, RoundResult, Status, Topology
+from schedlab.state import Cluster, Node, RoundInput, RoundResult, Status, Topology
 
 __all__ = ["PARTITIONED", "PART_SHARE", "auto_partitions", "solve_partitioned", "split_round"]
 
@@ -61,14 +62,23 @@ def split_round(round_input: RoundInput, k: int) -> list[RoundInput]:
     blocks = int(block_of.max(initial=0)) + 1
     part_of = np.cumsum(np.isin(np.arange(blocks), _cuts(round_input, block_of, k)))[block_of]  # part of each node
     num_parts = int(part_of.max(initial=0)) + 1
-    node_parts = [tuple(n for n, p in zip(nodes, part_of) if p == q) for q in range(num_parts)]
+    members: list[list[Node]] = [[] for _ in range(num_parts)]
+    for n, q in zip(nodes, part_of.tolist()):
+        members[q].append(n)
+    node_parts = [tuple(ns) for ns in members]
     gpus = [sum(n.gpus for n in ns) for ns in node_parts]
     jobs: list[list[int]] = [[] for _ in range(num_parts)]
     running = [j for j, job in enumerate(round_input.jobs) if job.running]
     for j in running:
         jobs[int(part_of[index[round_input.jobs[j].current_gpus[0].node]])].append(j)
-    for j in sorted(set(range(len(round_input.jobs))) - set(running)):  # then fill up the fair shares
-        jobs[min(range(num_parts), key=lambda q: (len(jobs[q]) / max(gpus[q], 1), q))].append(j)
+    # then fill up the fair shares: each waiting job to the part with the fewest jobs per GPU (the
+    # first such part), kept in a heap of (jobs per GPU, part)
+    fewest = [(len(jobs[q]) / max(gpus[q], 1), q) for q in range(num_parts)]
+    heapq.heapify(fewest)
+    for j in sorted(set(range(len(round_input.jobs))) - set(running)):
+        q = fewest[0][1]
+        jobs[q].append(j)
+        heapq.heapreplace(fewest, (len(jobs[q]) / max(gpus[q], 1), q))
     settings = replace(round_input.settings, partitions=1)
     cluster = round_input.cluster
     return [RoundInput(Cluster(node_parts[q], _sub_topology(cluster.topology, node_parts[q]), cluster.gpu_speed),
