@@ -45,7 +45,7 @@ def run_bench(num_gpus: int, num_jobs: int, rounds: int, solver: str = Settings.
     is what the floor of an unproven answer costs on top of the round's options: the
     formulation's greedy, decoded and verified (`_floor_s`, timed apart from the round).
     `lp_alone_p50_ms` is the floor of any exact solve of the round: its model's LP relaxation
-    solved alone by HiGHS (`_lp_alone_s`, null for a round that is not one model), and
+    solved alone by HiGHS (`_lp_alone`, null for a round that is not one model), and
     `total_over_lp` how many times that the whole round takes (total_p50_ms / lp_alone_p50_ms).
     `gap_max` is each answer's own gap (a partitioned answer's: against its parts' bounds), and
     `gap_vs_lp_max` its loss against that LP relaxation's bound (`_loss_vs`), the one figure
