@@ -104,6 +104,16 @@ def test_a_joint_round_stopped_early_is_bounded_by_its_lp_relaxation(seed, statu
     assert res.bound >= res.objective and res.gap == pytest.approx((res.bound - res.objective) / abs(res.objective))
 
 
+def test_the_bound_without_a_vertex_is_the_relaxations_optimum(monkeypatch):
+    """The interior point method without crossover (what the scale table's loss uses on the
+    largest rounds) gives the simplex's optimum, to its tolerance."""
+    arrays = FORMULATIONS["joint"](_joint_round(1)).arrays()
+    simplex = lp_bound(arrays)
+    monkeypatch.setattr(highs_direct, "IPM_MIN_ROWS", 0)  # this small model to the interior point method too
+    assert lp_bound(arrays, vertex=False) == pytest.approx(simplex, rel=1e-7)
+    assert lp_bound(arrays) == pytest.approx(simplex, rel=1e-9)
+
+
 def test_no_bound_is_invented_when_not_even_the_lp_relaxation_fits_the_limit():
     res = solve_round(_joint_round(0), time_limit_s=1e-6)
     assert res.status == "fallback" and res.verified and res.bound_timed_out and math.isnan(res.bound)

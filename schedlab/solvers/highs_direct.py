@@ -333,7 +333,7 @@ def _neighbourhood(choice: np.ndarray, frac: np.ndarray, jobs: np.ndarray) -> np
     return aux | np.isin(choice, free_jobs)
 
 
-def lp_bound(model: MilpArrays, time_limit_s: float = 600.0) -> float:
+def lp_bound(model: MilpArrays, time_limit_s: float = 600.0, vertex: bool = True) -> float:
     """The LP relaxation's optimum: an upper bound on the MIP's.
 
     Parameters
@@ -342,6 +342,11 @@ def lp_bound(model: MilpArrays, time_limit_s: float = 600.0) -> float:
         The model to maximize; its integrality is relaxed.
     time_limit_s : float, default 600.0
         Wall-clock seconds HiGHS may spend (its time_limit).
+    vertex : bool, default True
+        Solve it as LP first does, to a vertex. False skips the crossover after the interior
+        point method (models of IPM_MIN_ROWS rows or more): the optimum to that method's
+        tolerance (1e-8 relative), for a bound alone. A 65,536-GPU joint round (153,189 rows,
+        1.65 million columns): 855 s without crossover.
 
     Returns
     -------
@@ -349,7 +354,7 @@ def lp_bound(model: MilpArrays, time_limit_s: float = 600.0) -> float:
         The relaxation's optimal objective; inf (no bound) when HiGHS did not solve it within
         `time_limit_s`.
     """
-    relaxed, _ = _relax(model, time_limit_s, 0)
+    relaxed, _ = _relax(model, time_limit_s, 0, () if vertex else (("run_crossover", "off"),))
     return relaxed.objective if relaxed.status == OPTIMAL else float("inf")
 
 
