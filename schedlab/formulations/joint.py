@@ -147,165 +147,33 @@ spread over racks is priced at the smallest rack uplink of the cluster.
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections import Counter
 from dataclasses import dataclass
-from functools import cache
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from schedlab.errors import DecodeError
 from schedlab.formulations.freezing import fold_freeze_levels, has_freezing
 from schedlab.formulations.goodput import max_min_upper, max_min_weight, min_job_speedup, objective_value
+from schedlab.formulations.joint_decode import decode, greedy_point
 from schedlab.formulations.joint_options import (
     MULTI,
     SINGLE,
     STAY,
     Demand,
     JointOptions,
-    Pool,
     enumerate_joint_options,
-    vector_partitions,
 )
-from schedlab.formulations.options import job_allocations, pinned_stays
-from schedlab.formulations.packing import NodeState
+from schedlab.formulations.joint_structure import Structure, offsets, part_counts, pool_patterns, structure
+from schedlab.formulations.options import pinned_stays
 from schedlab.milp import MilpArrays, OneModel, Rows, stack_rows
-from schedlab.state import GpuRef, JobAllocation, RoundInput
+from schedlab.state import JobAllocation, RoundInput
 
 if TYPE_CHECKING:
     import pyomo.environ as pyo
 
-__all__ = ["JointModel", "Structure", "allocation_objective", "build_arrays", "build_pyomo", "decode", "greedy_point",
-           "joint_model", "option_label", "start_point", "structure"]
-
-
-@dataclass(frozen=True)
-class Structure:
-    """The module docstring's index sets, as the arrays, decode and the greedy index them.
-
-    Indices are positions: options c, cluster node indices k, pools p, slices s, slots (into
-    JointOptions.slots), definitions e (into JointOptions.multi), groups (into JointOptions.groups).
-    Only the demands, slots, definitions and counts some option uses get rows and columns. The
-    Pyomo twin finds its own sets from the options (`_names`), so that the two builds check each other.
-    """
-
-    single_stayer: dict[int, tuple[int, int]]  # homogeneous node k in K1 -> (stay option, h_kc)
-    multi_stayer: dict[int, list[tuple[int, int]]]  # homogeneous node k in K2 -> [(c, h_kc)]
-    het_stayers: dict[int, dict[int, tuple[int, ...]]]  # heterogeneous pool -> stay option -> h_kc.
-    demands: tuple[int, ...]  # the demands some single option names, in (demand) row order
-    y_cols: tuple[int, ...]  # slot of every y, in column order
-    z_cols: tuple[tuple[int, int], ...]  # (definition, pool) of every z, in column order
-    q_cols: tuple[tuple[int, int], ...]  # (definition, n) of every q, in column order
-    rack_rows: tuple[tuple[int, int], ...]  # (group, n) of every (rack) row
-    w_cols: tuple[tuple[int, int], ...]  # (node, level) of every w, in column order
-    u_cols: tuple[tuple[int, tuple[int, ...], tuple[tuple[int, ...], ...]], ...]  # (pool, S, P) of every u
-    comp_rows: tuple[tuple[int, tuple[int, ...]], ...]  # (pool, m) of every (comp) row
-
-    @property
-    def num_cols(self) -> int:
-        """Columns after x: y, z, q, w and u."""
-        return len(self.y_cols) + len(self.z_cols) + len(self.q_cols) + len(self.w_cols) + len(self.u_cols)
-
-
-def structure(opts: JointOptions) -> Structure:
-    """The module docstring's index sets of the options.
-
-    A homogeneous node held by one stay option is in K1, by several in K2 (which gets w_kd
-    slots for every level d); a heterogeneous node's stayers are counted per slice (h_kcs). y has
-    a column per slot of a demand some single option names; z per (definition, pool) and q per
-    (definition, n) of the groups and counts some multi option names; u per pattern of a
-    heterogeneous node (`_patterns`).
-    """
-    cl = opts.cluster
-    holders: dict[int, list[tuple[int, int]]] = {}
-    het_stayers: dict[int, dict[int, tuple[int, ...]]] = {}
-    for j, held in opts.stay_gpus.items():
-        c = opts.stay_option(j)
-        for k, gpus in held.items():
-            pool = cl.pools[cl.pool_of[k]]
-            if pool.homogeneous:
-                holders.setdefault(k, []).append((c, len(gpus)))
-            else:
-                het_stayers.setdefault(cl.pool_of[k], {})[c] = tuple(len(set(gpus) & set(m)) for m in pool.slices)
-    single, multi = opts.kind == SINGLE, opts.kind == MULTI
-    demands = tuple(sorted(set(opts.ref[single].tolist())))
-    wanted = set(demands)
-    y_cols = tuple(i for i, slot in enumerate(opts.slots) if slot.demand in wanted)
-    rack_rows = tuple(sorted(set(zip(opts.ref[multi].tolist(), opts.num_nodes[multi].tolist()))))
-    counts_of: dict[int, set[int]] = {}
-    for g, n in rack_rows:
-        counts_of.setdefault(g, set()).add(n)
-    defs = [e for g in sorted(counts_of) for e in opts.groups[g].defs]
-    z_cols = tuple((e, p) for e in defs for p in opts.multi[e].pools)
-    q_cols = tuple((e, n) for e in defs for n in opts.multi[e].counts if n in counts_of[opts.multi[e].group])
-    multi_stayer = {k: hs for k, hs in holders.items() if len(hs) > 1}
-    w_cols = tuple((k, d) for k in sorted(multi_stayer) for d in cl.pools[cl.pool_of[k]].levels)
-    used: dict[int, set[tuple[int, ...]]] = {}
-    for i in y_cols:
-        if not cl.pools[opts.slots[i].pool].homogeneous:
-            used.setdefault(opts.slots[i].pool, set()).add(opts.slots[i].comp)
-    u_cols = tuple((p, stay, pattern) for p, pool in enumerate(cl.pools) if not pool.homogeneous
-                   for stay, pattern in _patterns(pool, het_stayers.get(p, {}), used.get(p, set())))
-    comp_rows = tuple((p, m) for p in sorted(used) for m in sorted(used[p]))
-    return Structure({k: hs[0] for k, hs in holders.items() if len(hs) == 1}, multi_stayer, het_stayers,
-                     demands, y_cols, z_cols, q_cols, rack_rows, w_cols, u_cols, comp_rows)
-
-
-def _patterns(pool: Pool, stayers: dict[int, tuple[int, ...]], used: set[tuple[int, ...]]
-              ) -> list[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]]:
-    """The patterns (S, P) of a heterogeneous node: S a set of its stay options, P the parts of a
-    vector partition of the GPUs they leave (`vector_partitions`), only the parts in `used`
-    kept (the others serve no slot), and of the P of one S only the maximal ones."""
-    order = sorted(stayers)
-    shape = tuple(len(members) for members in pool.slices)
-    return [(tuple(order[i] for i in stay), pattern)
-            for stay, pattern in _node_patterns(shape, tuple(stayers[c] for c in order), frozenset(used))]
-
-
-@cache
-def _node_patterns(shape: tuple[int, ...], holds: tuple[tuple[int, ...], ...], used: frozenset[tuple[int, ...]]
-                   ) -> tuple[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]], ...]:
-    """`_patterns` of a node of slices `shape` whose stayers hold `holds`, stayers by position:
-    alike nodes share one enumeration."""
-    out = []
-    for size in range(len(holds) + 1):
-        for stay in itertools.combinations(range(len(holds)), size):
-            left = tuple(t - sum(holds[c][s] for c in stay) for s, t in enumerate(shape))
-            kept = sorted({tuple(m for m in pattern if m in used) for pattern in vector_partitions(left)})
-            counts = [Counter(pattern) for pattern in kept]
-            out += [(stay, pattern) for pattern, count in zip(kept, counts)
-                    if not any(other != count and all(other[m] >= k for m, k in count.items()) for other in counts)]
-    return tuple(out)
-
-
-@cache
-def _part_counts(pattern: tuple[tuple[int, ...], ...]) -> tuple[tuple[tuple[int, ...], int], ...]:
-    """cnt_pi(m) of a pattern's parts P: each composition m with how many parts equal it (alike
-    nodes meet the same patterns round after round)."""
-    return tuple(Counter(pattern).items())
-
-
-@dataclass(frozen=True)
-class _Offsets:
-    """Where each block of columns starts: x at 0, then y, z, q, w, u (and t)."""
-
-    y: int
-    z: int
-    q: int
-    w: int
-    u: int
-    end: int
-
-
-def _offsets(opts: JointOptions, st: Structure) -> _Offsets:
-    y = opts.num_options
-    z = y + len(st.y_cols)
-    q = z + len(st.z_cols)
-    w = q + len(st.q_cols)
-    u = w + len(st.w_cols)
-    return _Offsets(y, z, q, w, u, u + len(st.u_cols))
+__all__ = ["JointModel", "allocation_objective", "build_arrays", "build_pyomo", "joint_model", "option_label",
+           "start_point"]
 
 
 def _constraints(opts: JointOptions, st: Structure) -> dict[str, Rows]:
@@ -315,7 +183,7 @@ def _constraints(opts: JointOptions, st: Structure) -> dict[str, Rows]:
     each other.
     """
     cl, n, inf = opts.cluster, opts.num_options, math.inf
-    at = _offsets(opts, st)
+    at = offsets(opts, st)
     out = {tag: Rows() for tag in ("one", "demand", "level", "slots", "node", "stay", "comp", "whole", "rack")}
     jobs_with = np.unique(opts.job)
     out["one"].extend([(int(j),) for j in jobs_with], np.searchsorted(jobs_with, opts.job), np.arange(n),
@@ -375,7 +243,7 @@ def _constraints(opts: JointOptions, st: Structure) -> dict[str, Rows]:
 
 def _pattern_rows(opts: JointOptions, st: Structure, out: dict[str, Rows]) -> None:
     """(node), (stay) and (comp) of every heterogeneous node, each block in one call."""
-    at, inf = _offsets(opts, st), math.inf
+    at, inf = offsets(opts, st), math.inf
     het = [p for p, pool in enumerate(opts.cluster.pools) if not pool.homogeneous]
     u_pool = np.array([p for p, _, _ in st.u_cols], dtype=int)
     z_pool = np.array([p for _, p in st.z_cols], dtype=int)
@@ -395,7 +263,7 @@ def _pattern_rows(opts: JointOptions, st: Structure, out: dict[str, Rows]) -> No
     y_rows = [(comp_row[opts.slots[s].pool, opts.slots[s].comp], at.y + i) for i, s in enumerate(st.y_cols)
               if (opts.slots[s].pool, opts.slots[s].comp) in comp_row]
     parts = [(comp_row[p, m], at.u + i, -float(k)) for i, (p, _, pattern) in enumerate(st.u_cols)
-             for m, k in _part_counts(pattern)]
+             for m, k in part_counts(pattern)]
     out["comp"].extend(list(st.comp_rows), np.array([r for r, _ in y_rows] + [r for r, _, _ in parts], dtype=int),
                        np.array([c for _, c in y_rows] + [c for _, c, _ in parts], dtype=int),
                        np.array([1.0] * len(y_rows) + [k for _, _, k in parts]), -inf, 0.0)
@@ -430,7 +298,7 @@ def start_point(opts: JointOptions, st: Structure) -> np.ndarray:
     leave, floor((G_g - sum h_kc) / d); on a heterogeneous node with stayers, u = 1 for a
     pattern of all of them; t (max-min) the smallest penalized speedup of that point.
     """
-    at = _offsets(opts, st)
+    at = offsets(opts, st)
     v = np.zeros(at.end + opts.round_input.settings.max_min)
     for j in opts.stay_gpus:
         v[opts.stay_option(j)] = 1.0
@@ -471,7 +339,7 @@ def build_arrays(opts: JointOptions, st: Structure) -> MilpArrays:
     if opts.round_input.settings.max_min:
         blocks["minspd"] = _minspd(opts, len(c) - 1)
     A, lo, hi = stack_rows(list(blocks.values()), len(c))
-    at, jobs, pools = _offsets(opts, st), opts.num_jobs, len(opts.cluster.pools)
+    at, jobs, pools = offsets(opts, st), opts.num_jobs, len(opts.cluster.pools)
     choice = np.full(len(c), -1)  # LP first's neighbourhood units: jobs, then pools, then definitions
     choice[: opts.num_options] = opts.job
     choice[at.y: at.z] = [jobs + opts.slots[s].pool for s in st.y_cols]
@@ -571,7 +439,7 @@ def _names(opts: JointOptions) -> _Names:
         if het.homogeneous:
             continue
         holds = {by_label[c]: h for c, h in held_het.get(f"p{index}", {}).items()}
-        for kept, pattern in _patterns(het, holds, used.get(f"p{index}", set())):
+        for kept, pattern in pool_patterns(het, holds, used.get(f"p{index}", set())):
             u = (f"p{index}", "+".join(labels[c][0] for c in kept), "|".join("x".join(map(str, m)) for m in pattern))
             patterns.append(u)
             stays_in[u] = [labels[c] for c in kept]
@@ -722,214 +590,6 @@ def option_label(opts: JointOptions, c: int) -> tuple[str, str]:
         return job, f"multi{int(opts.ref[c])}:n{int(opts.num_nodes[c])}"
     demand = opts.demands[opts.ref[c]]
     return job, f"single:{demand.gpu_type}:{demand.gpus}@{demand.tau:.12g}"
-
-
-def decode(opts: JointOptions, st: Structure, values: np.ndarray) -> tuple[JobAllocation, ...]:
-    """Concrete GPUs and batches of every job from a point of the model (array layout).
-
-    The chosen options (x_c > 0.5) are placed as the module docstring argues they always fit:
-    stayers on their GPUs; then each definition's z whole nodes, handed to the jobs its q
-    counts send it; then the slots y, matched to the single options of their demand, largest
-    first on the tightest node of their homogeneous pool (packing.NodeState) and composition by
-    composition on heterogeneous nodes.
-
-    Raises
-    ------
-    DecodeError
-        When a chosen option does not fit (a point that breaks a row).
-    """
-    jobs = opts.round_input.jobs
-    at = _offsets(opts, st)
-    counts = np.rint(np.asarray(values[: at.end], dtype=float)).astype(int)
-    chosen = np.asarray(values[: opts.num_options]) > 0.5
-    state = NodeState(opts.round_input.cluster)
-    picked = np.flatnonzero(chosen)
-    gpus_of: dict[int, tuple[GpuRef, ...]] = {}
-    for c in picked[opts.kind[picked] == STAY]:
-        job = jobs[opts.job[c]]
-        if not state.take_exact(job.current_gpus):
-            raise DecodeError(f"job {job.id!r} cannot stay: its GPUs are taken")
-        gpus_of[c] = job.current_gpus
-    gpus_of |= _decode_multi(opts, st, counts, picked, state)
-    gpus_of |= _decode_singles(opts, st, counts, picked, state)
-    return job_allocations(opts, picked, gpus_of)
-
-
-def _decode_multi(opts: JointOptions, st: Structure, counts: np.ndarray, picked: np.ndarray,
-                  state: NodeState) -> dict[int, tuple[GpuRef, ...]]:
-    """The chosen multi options' GPUs: each definition's z whole nodes, n to each job q sends it."""
-    cl, nodes, jobs = opts.cluster, opts.round_input.cluster.nodes, opts.round_input.jobs
-    at = _offsets(opts, st)
-    whole: dict[int, list[int]] = {}  # definition -> its whole nodes (node indices)
-    for i, (e, p) in enumerate(st.z_cols):
-        count = int(counts[at.z + i])
-        if not count:
-            continue
-        pool = cl.pools[p]
-        taken = state.take_shape(pool.nodes, count, pool.gpus_per_node)
-        if taken is None:
-            raise DecodeError(f"no {count} free whole nodes in pool {p}")
-        whole.setdefault(e, []).extend(sorted({state.index[ref.node] for ref in taken}))
-    seats: dict[tuple[int, int], list[int]] = {}  # (group, n) -> a definition per job it takes
-    for i, (e, n) in enumerate(st.q_cols):
-        seats.setdefault((opts.multi[e].group, n), []).extend([e] * int(counts[at.q + i]))
-    out = {}
-    multi = picked[opts.kind[picked] == MULTI]
-    for c in multi:
-        key = (int(opts.ref[c]), int(opts.num_nodes[c]))
-        if not seats.get(key):
-            raise DecodeError(f"no definition of multi-node group {key[0]} left for job {jobs[opts.job[c]].id!r}")
-        e = seats[key].pop()
-        mine, whole[e] = whole.get(e, [])[: key[1]], whole.get(e, [])[key[1]:]
-        if len(mine) < key[1]:
-            raise DecodeError(f"definition {e} has {len(mine)} whole nodes left, job {jobs[opts.job[c]].id!r} takes {key[1]}")
-        out[c] = tuple(GpuRef(nodes[k].id, i) for k in mine for i in range(nodes[k].gpus))
-    return out
-
-
-def _decode_singles(opts: JointOptions, st: Structure, counts: np.ndarray, picked: np.ndarray,
-                    state: NodeState) -> dict[int, tuple[GpuRef, ...]]:
-    """The chosen single options' GPUs: each matched to a slot of its demand, then placed."""
-    cl, nodes, jobs = opts.cluster, opts.round_input.cluster.nodes, opts.round_input.jobs
-    at = _offsets(opts, st)
-    free_slots: dict[int, list[int]] = {}  # demand -> a slot per job it can take
-    for i, s in enumerate(st.y_cols):
-        free_slots.setdefault(opts.slots[s].demand, []).extend([s] * int(counts[at.y + i]))
-    placed: list[tuple[int, int]] = []  # (option, slot)
-    for c in picked[opts.kind[picked] == SINGLE]:
-        left = free_slots.get(int(opts.ref[c]))
-        if not left:
-            raise DecodeError(f"no slot left for job {jobs[opts.job[c]].id!r} ({opts.num_gpus[c]} GPUs)")
-        placed.append((int(c), left.pop()))
-    out = {}
-    for c, s in sorted(placed, key=lambda cs: (-opts.slots[cs[1]].gpus, cs[0])):
-        slot = opts.slots[s]
-        pool = cl.pools[slot.pool]
-        if pool.homogeneous:
-            single = state.take_shape(pool.nodes, 1, slot.gpus)
-            if single is None:
-                raise DecodeError(f"no room for job {jobs[opts.job[c]].id!r} ({slot.gpus} GPUs) in pool {slot.pool}")
-            out[c] = single
-            continue
-        k = pool.nodes[0]
-        indices: list[int] = []
-        for members, count in zip(pool.slices, slot.comp):
-            free = [i for i in state.free[k] if i in members][:count]
-            if len(free) < count:
-                raise DecodeError(f"no room on node {nodes[k].id!r} for job {jobs[opts.job[c]].id!r}")
-            indices += free
-        state.set_free(k, [i for i in state.free[k] if i not in indices])
-        out[c] = tuple(GpuRef(nodes[k].id, i) for i in indices)
-    return out
-
-
-def greedy_point(opts: JointOptions, st: Structure) -> np.ndarray:
-    """A feasible point found greedily: the fallback when a solver has none.
-
-    Running jobs whose GPUs are still free stay; then options are taken by the utility they add
-    over U0, best first: a job not yet placed takes the option if it adds value and fits (a
-    single option in the first slot of its demand with room, on the tightest node of a
-    homogeneous pool; a multi option on empty whole nodes of the first definition of its group
-    with enough). The point's y, z and q count what was taken; w and t are left 0.
-    """
-    cl = opts.cluster
-    at = _offsets(opts, st)
-    point = np.zeros(at.end + opts.round_input.settings.max_min)
-    free = [set(range(node.gpus)) for node in opts.round_input.cluster.nodes]
-    placed = set()
-    for j, held in opts.stay_gpus.items():
-        if all(set(g) <= free[k] for k, g in held.items()):
-            for k, g in held.items():
-                free[k] -= set(g)
-            point[opts.stay_option(j)] = 1.0
-            placed.add(j)
-    empty = _EmptyNodes(opts, st, free)
-    y_of = {s: at.y + i for i, s in enumerate(st.y_cols)}
-    slots_of: dict[int, list[int]] = {}
-    for s in st.y_cols:
-        slots_of.setdefault(opts.slots[s].demand, []).append(s)
-    cursor = dict.fromkeys(slots_of, 0)  # a slot with no room now has none later: free GPUs only shrink
-    z_of = {ep: at.z + i for i, ep in enumerate(st.z_cols)}
-    q_of = {en: at.q + i for i, en in enumerate(st.q_cols)}
-    gain = opts.utility - opts.U0[opts.job]
-    for c in np.argsort(-gain, kind="stable"):
-        j = int(opts.job[c])
-        if j in placed or gain[c] <= 0 or opts.kind[c] == STAY:
-            continue
-        if opts.kind[c] == MULTI:
-            n = int(opts.num_nodes[c])
-            e = next((e for e in opts.groups[opts.ref[c]].defs if (e, n) in q_of and empty.count[e] >= n), None)
-            if e is None:
-                continue
-            for k in empty.take(e, n):
-                free[k] = set()
-                point[z_of[e, cl.pool_of[k]]] += 1
-            point[q_of[e, n]] += 1
-        else:
-            d = int(opts.ref[c])
-            mine = slots_of.get(d, [])
-            take = None
-            while cursor.get(d, 0) < len(mine) and (take := _room(opts, mine[cursor[d]], free)) is None:
-                cursor[d] += 1
-            if take is None:
-                continue
-            k, gpus = take
-            free[k] -= gpus
-            empty.used(k)
-            point[y_of[mine[cursor[d]]]] += 1
-        point[c] = 1.0
-        placed.add(j)
-    return point
-
-
-def _room(opts: JointOptions, s: int, free: list[set[int]]) -> tuple[int, set[int]] | None:
-    """(node, GPUs) slot s would take from `free`, on the tightest node of its pool that fits; None if none."""
-    slot = opts.slots[s]
-    pool = opts.cluster.pools[slot.pool]
-    if pool.homogeneous:
-        fits = [(len(free[k]), k) for k in pool.nodes if len(free[k]) >= slot.gpus]
-        if not fits:
-            return None
-        k = min(fits)[1]
-        return k, set(sorted(free[k])[: slot.gpus])
-    k, take = pool.nodes[0], set()
-    for members, count in zip(pool.slices, slot.comp):
-        avail = sorted(free[k] & set(members))
-        if len(avail) < count:
-            return None
-        take |= set(avail[:count])
-    return k, take
-
-
-class _EmptyNodes:
-    """The greedy's whole free nodes: per definition, how many it has, kept as GPUs are taken."""
-
-    def __init__(self, opts: JointOptions, st: Structure, free: list[set[int]]) -> None:
-        cl, nodes = opts.cluster, opts.round_input.cluster.nodes
-        self.defs = sorted({e for e, _ in st.z_cols})
-        self.pools_of = {e: opts.multi[e].pools for e in self.defs}
-        self.defs_of: dict[int, list[int]] = {}
-        for e in self.defs:
-            for p in self.pools_of[e]:
-                self.defs_of.setdefault(p, []).append(e)
-        self.cl = cl
-        self.empty = {p: [k for k in cl.pools[p].nodes if len(free[k]) == nodes[k].gpus] for p in self.defs_of}
-        self.count = {e: sum(len(self.empty[p]) for p in self.pools_of[e]) for e in self.defs}
-
-    def used(self, k: int) -> None:
-        """Node k has lost GPUs: it is no longer whole."""
-        p = self.cl.pool_of[k]
-        if k in self.empty.get(p, ()):
-            self.empty[p].remove(k)
-            for e in self.defs_of[p]:
-                self.count[e] -= 1
-
-    def take(self, e: int, n: int) -> list[int]:
-        """n whole nodes of definition e, in pool order (the caller checked count[e] >= n)."""
-        out = [k for p in self.pools_of[e] for k in self.empty[p]][:n]
-        for k in out:
-            self.used(k)
-        return out
 
 
 @dataclass(frozen=True)

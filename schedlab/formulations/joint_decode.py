@@ -1,0 +1,225 @@
+"""A joint round's point on concrete GPUs (`decode`), and a feasible point found greedily
+(`greedy_point`), the answer when a solver has none: joint.py's docstring argues why decoding
+never fails; the verifier checks anyway.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from schedlab.errors import DecodeError
+from schedlab.formulations.joint_options import MULTI, SINGLE, STAY, JointOptions
+from schedlab.formulations.joint_structure import Structure, offsets
+from schedlab.formulations.options import job_allocations
+from schedlab.formulations.packing import NodeState
+from schedlab.state import GpuRef, JobAllocation
+
+__all__ = ["decode", "greedy_point"]
+
+
+def decode(opts: JointOptions, st: Structure, values: np.ndarray) -> tuple[JobAllocation, ...]:
+    """Concrete GPUs and batches of every job from a point of the model (array layout).
+
+    The chosen options (x_c > 0.5) are placed as joint.py's docstring argues they always fit:
+    stayers on their GPUs; then each definition's z whole nodes, handed to the jobs its q
+    counts send it; then the slots y, matched to the single options of their demand, largest
+    first on the tightest node of their homogeneous pool (packing.NodeState) and composition by
+    composition on heterogeneous nodes.
+
+    Raises
+    ------
+    DecodeError
+        When a chosen option does not fit (a point that breaks a row).
+    """
+    jobs = opts.round_input.jobs
+    at = offsets(opts, st)
+    counts = np.rint(np.asarray(values[: at.end], dtype=float)).astype(int)
+    chosen = np.asarray(values[: opts.num_options]) > 0.5
+    state = NodeState(opts.round_input.cluster)
+    picked = np.flatnonzero(chosen)
+    gpus_of: dict[int, tuple[GpuRef, ...]] = {}
+    for c in picked[opts.kind[picked] == STAY]:
+        job = jobs[opts.job[c]]
+        if not state.take_exact(job.current_gpus):
+            raise DecodeError(f"job {job.id!r} cannot stay: its GPUs are taken")
+        gpus_of[c] = job.current_gpus
+    gpus_of |= _decode_multi(opts, st, counts, picked, state)
+    gpus_of |= _decode_singles(opts, st, counts, picked, state)
+    return job_allocations(opts, picked, gpus_of)
+
+
+def _decode_multi(opts: JointOptions, st: Structure, counts: np.ndarray, picked: np.ndarray,
+                  state: NodeState) -> dict[int, tuple[GpuRef, ...]]:
+    """The chosen multi options' GPUs: each definition's z whole nodes, n to each job q sends it."""
+    cl, nodes, jobs = opts.cluster, opts.round_input.cluster.nodes, opts.round_input.jobs
+    at = offsets(opts, st)
+    whole: dict[int, list[int]] = {}  # definition -> its whole nodes (node indices)
+    for i, (e, p) in enumerate(st.z_cols):
+        count = int(counts[at.z + i])
+        if not count:
+            continue
+        pool = cl.pools[p]
+        taken = state.take_shape(pool.nodes, count, pool.gpus_per_node)
+        if taken is None:
+            raise DecodeError(f"no {count} free whole nodes in pool {p}")
+        whole.setdefault(e, []).extend(sorted({state.index[ref.node] for ref in taken}))
+    seats: dict[tuple[int, int], list[int]] = {}  # (group, n) -> a definition per job it takes
+    for i, (e, n) in enumerate(st.q_cols):
+        seats.setdefault((opts.multi[e].group, n), []).extend([e] * int(counts[at.q + i]))
+    out = {}
+    multi = picked[opts.kind[picked] == MULTI]
+    for c in multi:
+        key = (int(opts.ref[c]), int(opts.num_nodes[c]))
+        if not seats.get(key):
+            raise DecodeError(f"no definition of multi-node group {key[0]} left for job {jobs[opts.job[c]].id!r}")
+        e = seats[key].pop()
+        mine, whole[e] = whole.get(e, [])[: key[1]], whole.get(e, [])[key[1]:]
+        if len(mine) < key[1]:
+            raise DecodeError(f"definition {e} has {len(mine)} whole nodes left, job {jobs[opts.job[c]].id!r} takes {key[1]}")
+        out[c] = tuple(GpuRef(nodes[k].id, i) for k in mine for i in range(nodes[k].gpus))
+    return out
+
+
+def _decode_singles(opts: JointOptions, st: Structure, counts: np.ndarray, picked: np.ndarray,
+                    state: NodeState) -> dict[int, tuple[GpuRef, ...]]:
+    """The chosen single options' GPUs: each matched to a slot of its demand, then placed."""
+    cl, nodes, jobs = opts.cluster, opts.round_input.cluster.nodes, opts.round_input.jobs
+    at = offsets(opts, st)
+    free_slots: dict[int, list[int]] = {}  # demand -> a slot per job it can take
+    for i, s in enumerate(st.y_cols):
+        free_slots.setdefault(opts.slots[s].demand, []).extend([s] * int(counts[at.y + i]))
+    placed: list[tuple[int, int]] = []  # (option, slot)
+    for c in picked[opts.kind[picked] == SINGLE]:
+        left = free_slots.get(int(opts.ref[c]))
+        if not left:
+            raise DecodeError(f"no slot left for job {jobs[opts.job[c]].id!r} ({opts.num_gpus[c]} GPUs)")
+        placed.append((int(c), left.pop()))
+    out = {}
+    for c, s in sorted(placed, key=lambda cs: (-opts.slots[cs[1]].gpus, cs[0])):
+        slot = opts.slots[s]
+        pool = cl.pools[slot.pool]
+        if pool.homogeneous:
+            single = state.take_shape(pool.nodes, 1, slot.gpus)
+            if single is None:
+                raise DecodeError(f"no room for job {jobs[opts.job[c]].id!r} ({slot.gpus} GPUs) in pool {slot.pool}")
+            out[c] = single
+            continue
+        k = pool.nodes[0]
+        indices: list[int] = []
+        for members, count in zip(pool.slices, slot.comp):
+            free = [i for i in state.free[k] if i in members][:count]
+            if len(free) < count:
+                raise DecodeError(f"no room on node {nodes[k].id!r} for job {jobs[opts.job[c]].id!r}")
+            indices += free
+        state.set_free(k, [i for i in state.free[k] if i not in indices])
+        out[c] = tuple(GpuRef(nodes[k].id, i) for i in indices)
+    return out
+
+
+def greedy_point(opts: JointOptions, st: Structure) -> np.ndarray:
+    """A feasible point found greedily: the fallback when a solver has none.
+
+    Running jobs whose GPUs are still free stay; then options are taken by the utility they add
+    over U0, best first: a job not yet placed takes the option if it adds value and fits (a
+    single option in the first slot of its demand with room, on the tightest node of a
+    homogeneous pool; a multi option on empty whole nodes of the first definition of its group
+    with enough). The point's y, z and q count what was taken; w and t are left 0.
+    """
+    cl = opts.cluster
+    at = offsets(opts, st)
+    point = np.zeros(at.end + opts.round_input.settings.max_min)
+    free = [set(range(node.gpus)) for node in opts.round_input.cluster.nodes]
+    placed = set()
+    for j, held in opts.stay_gpus.items():
+        if all(set(g) <= free[k] for k, g in held.items()):
+            for k, g in held.items():
+                free[k] -= set(g)
+            point[opts.stay_option(j)] = 1.0
+            placed.add(j)
+    empty = _EmptyNodes(opts, st, free)
+    y_of = {s: at.y + i for i, s in enumerate(st.y_cols)}
+    slots_of: dict[int, list[int]] = {}
+    for s in st.y_cols:
+        slots_of.setdefault(opts.slots[s].demand, []).append(s)
+    cursor = dict.fromkeys(slots_of, 0)  # a slot with no room now has none later: free GPUs only shrink
+    z_of = {ep: at.z + i for i, ep in enumerate(st.z_cols)}
+    q_of = {en: at.q + i for i, en in enumerate(st.q_cols)}
+    gain = opts.utility - opts.U0[opts.job]
+    for c in np.argsort(-gain, kind="stable"):
+        j = int(opts.job[c])
+        if j in placed or gain[c] <= 0 or opts.kind[c] == STAY:
+            continue
+        if opts.kind[c] == MULTI:
+            n = int(opts.num_nodes[c])
+            e = next((e for e in opts.groups[opts.ref[c]].defs if (e, n) in q_of and empty.count[e] >= n), None)
+            if e is None:
+                continue
+            for k in empty.take(e, n):
+                free[k] = set()
+                point[z_of[e, cl.pool_of[k]]] += 1
+            point[q_of[e, n]] += 1
+        else:
+            d = int(opts.ref[c])
+            mine = slots_of.get(d, [])
+            take = None
+            while cursor.get(d, 0) < len(mine) and (take := _room(opts, mine[cursor[d]], free)) is None:
+                cursor[d] += 1
+            if take is None:
+                continue
+            k, gpus = take
+            free[k] -= gpus
+            empty.used(k)
+            point[y_of[mine[cursor[d]]]] += 1
+        point[c] = 1.0
+        placed.add(j)
+    return point
+
+
+def _room(opts: JointOptions, s: int, free: list[set[int]]) -> tuple[int, set[int]] | None:
+    """(node, GPUs) slot s would take from `free`, on the tightest node of its pool that fits; None if none."""
+    slot = opts.slots[s]
+    pool = opts.cluster.pools[slot.pool]
+    if pool.homogeneous:
+        fits = [(len(free[k]), k) for k in pool.nodes if len(free[k]) >= slot.gpus]
+        if not fits:
+            return None
+        k = min(fits)[1]
+        return k, set(sorted(free[k])[: slot.gpus])
+    k, take = pool.nodes[0], set()
+    for members, count in zip(pool.slices, slot.comp):
+        avail = sorted(free[k] & set(members))
+        if len(avail) < count:
+            return None
+        take |= set(avail[:count])
+    return k, take
+
+
+class _EmptyNodes:
+    """The greedy's whole free nodes: per definition, how many it has, kept as GPUs are taken."""
+
+    def __init__(self, opts: JointOptions, st: Structure, free: list[set[int]]) -> None:
+        cl, nodes = opts.cluster, opts.round_input.cluster.nodes
+        self.defs = sorted({e for e, _ in st.z_cols})
+        self.pools_of = {e: opts.multi[e].pools for e in self.defs}
+        self.defs_of: dict[int, list[int]] = {}
+        for e in self.defs:
+            for p in self.pools_of[e]:
+                self.defs_of.setdefault(p, []).append(e)
+        self.cl = cl
+        self.empty = {p: [k for k in cl.pools[p].nodes if len(free[k]) == nodes[k].gpus] for p in self.defs_of}
+        self.count = {e: sum(len(self.empty[p]) for p in self.pools_of[e]) for e in self.defs}
+
+    def used(self, k: int) -> None:
+        """Node k has lost GPUs: it is no longer whole."""
+        p = self.cl.pool_of[k]
+        if k in self.empty.get(p, ()):
+            self.empty[p].remove(k)
+            for e in self.defs_of[p]:
+                self.count[e] -= 1
+
+    def take(self, e: int, n: int) -> list[int]:
+        """n whole nodes of definition e, in pool order (the caller checked count[e] >= n)."""
+        out = [k for p in self.pools_of[e] for k in self.empty[p]][:n]
+        for k in out:
+            self.used(k)
+        return out
