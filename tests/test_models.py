@@ -9,7 +9,7 @@ import pytest
 
 from schedlab.models.efficiency import best_batch, efficiency, gain, goodput
 from schedlab.models.profiles import APPLICATIONS, fit_application, measured_table, shipped_profiles, table_fields
-from schedlab.models.throughput import canonical_placement, step_time_s, throughput
+from schedlab.models.throughput import canonical_placement, fit_throughput_params, step_time_s, throughput
 from schedlab.state import BatchLimits, GradStats, ThroughputParams
 
 # Step-time RMSLE of the 7-parameter model over each application's 500-1,700 measured points
@@ -116,3 +116,36 @@ def test_shipped_profiles_hold_what_the_tables_give(app):
     fields = table_fields(app)
     assert list(prof.grad_stats.__dict__.values()) == fields["grad_stats"]
     assert list(prof.batch.__dict__.values()) == fields["batch"]
+
+
+def _scipy_minimize(fun, x0, bounds):
+    """models.lbfgsb.minimize_bounded's contract through scipy's own wrapper."""
+    from scipy.optimize import minimize
+
+    res = minimize(fun, x0, jac=True, method="L-BFGS-B", bounds=bounds)
+    return float(res.fun), res.x
+
+
+@pytest.mark.parametrize("app", ["cifar10", "bert", "yolov3"])
+def test_online_fits_take_scipys_minimize_steps_bit_for_bit(app, monkeypatch):
+    # The fits' L-BFGS-B loop (models.lbfgsb) skips minimize's wrapper for speed; a replay's
+    # results stay the same only if every iterate is the same double. Subsets of the measured
+    # points, as an agent sees them (one node or several, one batch or many), restarts and a
+    # warm start, where the first parameters hit their bounds.
+    pts = measured_table(app).points()
+    rng = np.random.default_rng(3)
+    problems = []
+    for size in (1, 2, 3, 5, 8, 13, 40):
+        rows = pts.iloc[rng.choice(len(pts), size, replace=False)]
+        problems.append([rows[c].to_numpy() for c in ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time")])
+
+    def fits():
+        out = []
+        for n, r, m, step, sync in problems:
+            first = fit_throughput_params(n, r, m, step, sync, rng=np.random.default_rng(0), restarts=2)
+            out += [first, fit_throughput_params(n, r, m, step, sync, restarts=0, start=replace(first, gamma=1.5))]
+        return out
+
+    ours = fits()
+    monkeypatch.setattr("schedlab.models.lbfgsb.minimize_bounded", _scipy_minimize)
+    assert ours == fits()

@@ -13,7 +13,8 @@ micro-batch `m` and `s` extra gradient-accumulation steps:
 The fit minimizes, as Pollux does, the RMS log error of the compute time (step - sync) plus
 that of the step time, with small regularizers pulling gamma towards 1 and beta/alpha towards
 0; parameters with no data behind them are pinned. What we changed: scipy's bounded L-BFGS-B
-over log-parameters with seeded multi-start, instead of one autograd-driven start.
+over log-parameters with seeded multi-start, instead of one autograd-driven start (driven by
+models.lbfgsb: scipy's routine without minimize's wrapper, the same iterates).
 """
 
 from __future__ import annotations
@@ -243,11 +244,10 @@ def fit_throughput_params(
         np.array([rng.uniform(-9.0, 0.0) if i < 6 else rng.uniform(1.0, 3.0) for i in free])
         for _ in range(restarts)
     ]
-    from scipy.optimize import minimize
+    from schedlab.models.lbfgsb import minimize_bounded  # scipy's L-BFGS-B, loaded with the first fit
 
-    best = min((minimize(loss_and_grad, z0, jac=True, method="L-BFGS-B", bounds=bounds) for z0 in starts),
-               key=lambda res: res.fun)
-    params = ThroughputParams(*(float(v) for v in unpack(best.x)))  # floats, not numpy's: JSON-plain
+    _, best = min((minimize_bounded(loss_and_grad, z0, bounds) for z0 in starts), key=lambda fx: fx[0])
+    params = ThroughputParams(*(float(v) for v in unpack(best)))  # floats, not numpy's: JSON-plain
     if not np.any(n > 1):  # Pollux's prior: the network is no faster than the node's bus
         params = ThroughputParams(
             params.alpha_c, params.beta_c,
