@@ -24,7 +24,7 @@ from scipy.stats import gmean
 
 from schedlab.bench.sweeps import reduction_vs
 from schedlab.io import json_text
-from schedlab.sweep import load_sweep, results_frame
+from schedlab.sweep import load_sweep, results_frames
 
 CONFIGS = Path(__file__).parent / "configs"  # the sweeps' grids, beside this script
 METRICS = {"mean_jct_s": "mean", "p99_jct_s": "mean", "makespan_s": "mean", "utilization": "mean",
@@ -51,14 +51,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     out = Path(args.out)
-    runs, labels = {}, {}
+    sweeps, labels = {}, {}
     for world, config, kind, chosen in (("variability", "joint_variability", "workloads", args.workloads),
                                         ("pal", "joint_pal", "sia_philly", args.traces)):
         overrides = {"traces": {kind: chosen.split(",")}} if chosen else {}
-        sweep = load_sweep(args.configs / f"{config}.toml", overrides)
-        labels[world] = list(dict.fromkeys(c["policy"]["label"] for c in sweep.cells))
-        runs[world] = results_frame(sweep, out / world, args.processes)
-        runs[world].to_csv(out / f"{world}.csv", index=False)
+        sweeps[world] = load_sweep(args.configs / f"{config}.toml", overrides)
+        labels[world] = list(dict.fromkeys(c["policy"]["label"] for c in sweeps[world].cells))
+    # one pool: PAL's world's short cells fill the workers the variability world's last ones leave idle
+    runs = dict(zip(sweeps, results_frames([(sweep, out / world) for world, sweep in sweeps.items()], args.processes)))
+    for world, frame in runs.items():
+        frame.to_csv(out / f"{world}.csv", index=False)
     variability, pal = per_policy(runs["variability"], labels["variability"]), per_policy(runs["pal"], labels["pal"])
     reduction = reduction_vs(runs["pal"])
     pal["reduction_vs_packed_sticky"] = [reduction.get(p, 0.0) for p in pal.index]

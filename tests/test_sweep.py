@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from schedlab.errors import ConfigError
-from schedlab.sweep import CellStore, cell_key, parse_sweep, report, run_sweep
+from schedlab.sweep import CellStore, cell_key, parse_sweep, report, run_sweep, run_sweeps
 from schedlab.sweep.run import deterministic, make_cell_policy
 
 TINY = """\
@@ -90,6 +90,26 @@ def test_dask_local_cluster_gives_the_local_engine_results(tmp_path, uninterrupt
     records, failed = run_sweep(parse_sweep(TINY), tmp_path, engine="dask", workers=2, progress=False)
     assert failed == [] and len(records) == 12
     assert results(tmp_path) == results(uninterrupted)
+
+
+def test_sweeps_in_one_pool_give_each_folder_its_own_results(tmp_path, uninterrupted):
+    # A second sweep sharing four cells with TINY (workload-1, both policies, seeds 0 and 1)
+    # and adding two (seed 2): each folder ends as if swept alone; a shared cell runs once, its
+    # one record (wall time included) stored in both folders.
+    other = parse_sweep(TINY.replace('name = "tiny"', 'name = "other"')
+                        .replace('workloads = ["workload-1", "workload-3"]', 'workloads = ["workload-1"]')
+                        .replace('synthetic = [{jobs = 12, jobs_per_hour = 30.0}]\n', '')
+                        .replace("seeds = [0, 1]", "seeds = [0, 1, 2]"))
+    alone = tmp_path / "alone"
+    assert len(run_sweep(other, alone, workers=2, progress=False)[0]) == 6
+    (tiny_records, tiny_failed), (other_records, other_failed) = run_sweeps(
+        [(parse_sweep(TINY), tmp_path / "tiny"), (other, tmp_path / "other")], workers=2, progress=False)
+    assert len(tiny_records) == 12 and len(other_records) == 6 and tiny_failed == other_failed == []
+    assert results(tmp_path / "tiny") == results(uninterrupted)
+    assert results(tmp_path / "other") == results(alone)
+    in_tiny = {r["key"]: r["wall_s"] for r in tiny_records}
+    shared = {r["key"]: r["wall_s"] for r in other_records if r["key"] in in_tiny}
+    assert len(shared) == 4 and all(in_tiny[k] == wall_s for k, wall_s in shared.items())
 
 
 def test_a_failing_cell_is_recorded_and_the_sweep_goes_on(tmp_path):

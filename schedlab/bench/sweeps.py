@@ -17,7 +17,7 @@ import pandas as pd
 from scipy.stats import gmean
 
 from schedlab.io import spreadsheet_safe
-from schedlab.sweep import load_sweep, results_frame
+from schedlab.sweep import load_sweep, results_frame, results_frames
 
 __all__ = ["SweepPair", "reduction_vs", "run_sweep_pair", "workload_results"]
 
@@ -39,7 +39,8 @@ def run_sweep_pair(description: str, argv: list[str] | None, configs: Path, firs
 
     The options are --configs (default `configs`), --traces (`traces` "sia_philly") or
     --workloads (`traces` "workloads"), --processes, --out (default `out`) and --json. The sweep
-    `first`.toml runs into OUT (results.csv), `second`.toml into OUT/`second` (`second`.csv).
+    `first`.toml runs into OUT (results.csv), `second`.toml into OUT/`second` (`second`.csv), their
+    cells in one pool (sweep.run_sweeps).
     """
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--configs", type=Path, default=configs, help=f"folder holding {first}.toml and {second}.toml")
@@ -53,8 +54,9 @@ def run_sweep_pair(description: str, argv: list[str] | None, configs: Path, firs
     chosen = getattr(args, flag)
     overrides = {"traces": {traces: chosen.split(",")}} if chosen else {}
     folder = Path(args.out)
-    main = results_frame(load_sweep(args.configs / f"{first}.toml", overrides), folder, args.processes)
-    other = results_frame(load_sweep(args.configs / f"{second}.toml", overrides), folder / second, args.processes)
+    main, other = results_frames([(load_sweep(args.configs / f"{first}.toml", overrides), folder),
+                                  (load_sweep(args.configs / f"{second}.toml", overrides), folder / second)],
+                                 args.processes)
     spreadsheet_safe(main).to_csv(folder / "results.csv", index=False)
     spreadsheet_safe(other).to_csv(folder / f"{second}.csv", index=False)
     return SweepPair(args, main, other, folder, t0)

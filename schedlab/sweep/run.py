@@ -18,7 +18,7 @@ import os
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,7 @@ from schedlab.sweep.config import (
 from schedlab.trace_specs import trace_spec
 
 __all__ = ["ENGINES", "CellStore", "Remote", "build_jobs", "cell_config", "deterministic", "execute", "make_cell_policy",
-           "records_frame", "results_frame", "run_sweep"]
+           "records_frame", "results_frame", "results_frames", "run_sweep", "run_sweeps"]
 
 ENGINES = ("local", "dask")
 TIMING_KEYS = ("solve_p50_ms", "solve_p95_ms", "solve_max_ms")  # vary run to run; all else is exact
@@ -242,24 +242,43 @@ def run_sweep(sweep: Sweep, out: str | Path, engine: str = "local", workers: int
     `out` is new, empty or this config's folder (claim_sweep_folder); with `force`, another
     config's folder too.
     """
+    return run_sweeps([(sweep, out)], engine, workers, address, progress, force)[0]
+
+
+def run_sweeps(runs: Sequence[tuple[Sweep, str | Path]], engine: str = "local", workers: int | None = None,
+               address: str | Remote | None = None, progress: bool = True,
+               force: bool = False) -> list[tuple[list[dict], list[dict]]]:
+    """run_sweep for several (sweep, out) at once, their cells in one pool: a sweep's last, long
+    cells run beside the next one's instead of leaving workers idle. A cell that two sweeps share
+    runs once and is stored in both folders. Returns each sweep's (records, errors), in order.
+    """
     if engine not in ENGINES:
         raise ConfigError(f"engine {engine!r}: use one of {', '.join(ENGINES)}")
     remote = Remote(address) if isinstance(address, str) else address
     if remote is not None:
         remote.check()
-    store = CellStore(claim_sweep_folder(sweep, out, force))
-    keys = {cell_key(c): c for c in sweep.cells}
-    todo = [c for k, c in keys.items() if k not in store.done()]
+    stores = [CellStore(claim_sweep_folder(sweep, out, force)) for sweep, out in runs]
+    wanted = [{cell_key(c): c for c in sweep.cells} for sweep, _ in runs]
+    todo: dict[str, dict] = {}  # in the configs' order, sweep after sweep
+    homes: dict[str, list[int]] = {}  # the sweeps (by index) whose folders want the cell
+    for i, (store, keys) in enumerate(zip(stores, wanted)):
+        done = store.done()
+        for key, cell in keys.items():
+            if key not in done:
+                todo.setdefault(key, cell)
+                homes.setdefault(key, []).append(i)
+    total = len(set().union(*wanted))
     workers = workers or os.cpu_count() or 1
     runner = _local if engine == "local" else _dask
-    failed: list[dict] = []
-    with _Progress(len(keys), len(keys) - len(todo), min(workers, len(todo)), progress) as bar:
-        for record in runner(todo, workers, remote):
-            store.write(record)
-            if "error" in record:
-                failed.append(record)
+    failed: list[list[dict]] = [[] for _ in runs]
+    with _Progress(total, total - len(todo), min(workers, len(todo)), progress) as bar:
+        for record in runner(list(todo.values()), workers, remote):
+            for i in homes[record["key"]]:
+                stores[i].write(record)
+                if "error" in record:
+                    failed[i].append(record)
             bar.finished("error" in record)
-    return store.records(set(keys)), failed
+    return [(store.records(set(keys)), errors) for store, keys, errors in zip(stores, wanted, failed)]
 
 
 def claim_sweep_folder(sweep: Sweep, out: str | Path, force: bool = False) -> Path:
@@ -391,10 +410,17 @@ class _Progress:
 def results_frame(sweep: Sweep, out: str | Path, processes: int | None = None, progress: bool = True) -> pd.DataFrame:
     """Run `sweep` with the local engine (resumable under out) and return its records_frame;
     raises if a cell failed, for scripts that need every cell."""
-    records, failed = run_sweep(sweep, out, "local", processes, progress=progress)
-    if failed:
-        raise ConfigError(f"{len(failed)} cells failed; tracebacks in {out}/cells/*.error.json")
-    return records_frame(records)
+    return results_frames([(sweep, out)], processes, progress)[0]
+
+
+def results_frames(runs: Sequence[tuple[Sweep, str | Path]], processes: int | None = None,
+                   progress: bool = True) -> list[pd.DataFrame]:
+    """results_frame of several (sweep, out), their cells in one pool (run_sweeps)."""
+    results = run_sweeps(runs, "local", processes, progress=progress)
+    for (_, out), (_, failed) in zip(runs, results):
+        if failed:
+            raise ConfigError(f"{len(failed)} cells failed; tracebacks in {out}/cells/*.error.json")
+    return [records_frame(records) for records, _ in results]
 
 
 def records_frame(records: list[dict]) -> pd.DataFrame:
