@@ -32,7 +32,8 @@ def minimize_bounded(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: 
     Parameters
     ----------
     fun : callable
-        The value and gradient at a point (the point is not kept: fun may not hold on to it).
+        The value and gradient at a point; it must leave the point as it is (the loop keeps it
+        to know a repeated request, as scipy's wrapper does).
     x0 : ndarray
         The start, moved into the bounds as scipy does.
     bounds : sequence of (low, high)
