@@ -249,8 +249,9 @@ def run_sweeps(runs: Sequence[tuple[Sweep, str | Path]], engine: str = "local", 
                address: str | Remote | None = None, progress: bool = True,
                force: bool = False) -> list[tuple[list[dict], list[dict]]]:
     """run_sweep for several (sweep, out) at once, their cells in one pool: a sweep's last, long
-    cells run beside the next one's instead of leaving workers idle. A cell that two sweeps share
-    runs once and is stored in both folders. Returns each sweep's (records, errors), in order.
+    cells run beside the next one's instead of leaving workers idle. A cell that several sweeps
+    still need runs once and is stored in each of their folders. Returns each sweep's (records,
+    errors), in order.
     """
     if engine not in ENGINES:
         raise ConfigError(f"engine {engine!r}: use one of {', '.join(ENGINES)}")
