@@ -1,11 +1,12 @@
 """PAL's variability-aware placement against Packed-Sticky, PM-First and the exact placement.
 
-Three sweeps (experiments/configs/pal_variability.toml, pal_locality.toml, pal_ablation.toml;
-resumable): the 8 Sia-Philly traces in PAL's world (sim.world.PAL_WORLD: the artifact's simulator,
-16 x 4 GPUs, 360 s rounds, FIFO, locality penalty 1.7) under packed_sticky, pm_first, pal, milp
-and milp_cpsat (the exact placement, warm-started from PAL's greedy, 50 ms per round); the
-locality penalty 1.0 -> 3.0; and every combination of the simulator's semantics that make the
-gain (work, slowdowns, backfill) for packed_sticky, pm_first and pal. Reduction of geomean JCT
+Three sweeps in one pool (experiments/configs/pal_variability.toml, pal_locality.toml,
+pal_ablation.toml; resumable): the 8 Sia-Philly traces in PAL's world (sim.world.PAL_WORLD: the
+artifact's simulator, 16 x 4 GPUs, 360 s rounds, FIFO, locality penalty 1.7) under
+packed_sticky, pm_first, pal, milp and milp_cpsat (the exact placement, warm-started from PAL's
+greedy, 50 ms per round); the locality penalty 1.0 -> 3.0; and every combination of the
+simulator's semantics that make the gain (work, slowdowns, backfill) for packed_sticky, pm_first
+and pal. Reduction of geomean JCT
 against Packed-Sticky = 1 - geometric mean over traces of (policy / packed_sticky); PAL's paper:
 pal 43 %, pm_first 40 %. Writes results.csv, pal_locality.csv, pal_ablation.csv and table.md to
 --out.
@@ -23,7 +24,6 @@ from scipy.stats import gmean
 
 from schedlab.bench.sweeps import reduction_vs, run_sweep_pair
 from schedlab.io import json_text
-from schedlab.sweep import load_sweep, results_frame
 
 CONFIGS = Path(__file__).parent / "configs"  # the sweeps' grids, beside this script
 PUBLISHED_REDUCTION = {"pal": 0.43, "pm_first": 0.40}
@@ -32,7 +32,7 @@ PUBLISHED_REDUCTION = {"pal": 0.43, "pm_first": 0.40}
 def main(argv: list[str] | None = None) -> int:
     """Run the three sweeps, print and write the tables; with --json end with one JSON line."""
     run = run_sweep_pair(__doc__.splitlines()[0], argv, CONFIGS, "pal_variability", "pal_locality", "sia_philly",
-                         "results/pal_variability")
+                         "results/pal_variability", more=("pal_ablation",))
     args, main_results, sweep, out, t0 = run.args, run.main, run.second, run.out, run.started_s
 
     table = main_results.groupby("policy", sort=False).agg(
@@ -43,10 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     table["published"] = [PUBLISHED_REDUCTION.get(p, np.nan) for p in table.index]
     locality = {float(lf): reduction_vs(part) for lf, part in sweep.groupby("across_node")}
     loc_table = pd.DataFrame(locality).T.rename_axis("across_node").round(3)
-    overrides = {"traces": {"sia_philly": args.traces.split(",")}} if args.traces else {}
-    ablation = results_frame(load_sweep(args.configs / "pal_ablation.toml", overrides), out / "pal_ablation",
-                             args.processes)
-    ablation.to_csv(out / "pal_ablation.csv", index=False)
+    ablation = run.more["pal_ablation"]
     semantics = ["work", "variability", "backfill"]
     abl_table = pd.DataFrame({combo: reduction_vs(part) for combo, part in ablation.groupby(semantics)}).T
     abl_table = abl_table.rename_axis(semantics).round(3)

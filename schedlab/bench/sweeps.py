@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -24,23 +24,24 @@ __all__ = ["SweepPair", "reduction_vs", "run_sweep_pair", "workload_results"]
 
 @dataclass(frozen=True)
 class SweepPair:
-    """The results of an experiment's main sweep and its parameter sweep, as run."""
+    """The results of an experiment's main sweep, its parameter sweep and any more, as run."""
 
     args: argparse.Namespace
     main: pd.DataFrame
     second: pd.DataFrame
     out: Path
     started_s: float  # perf_counter at the start
+    more: dict[str, pd.DataFrame] = field(default_factory=dict)  # by config name
 
 
 def run_sweep_pair(description: str, argv: list[str] | None, configs: Path, first: str, second: str,
-                   traces: str, out: str) -> SweepPair:
-    """Parse an experiment's command line and run its two sweeps, resumable, saving both as CSV.
+                   traces: str, out: str, more: tuple[str, ...] = ()) -> SweepPair:
+    """Parse an experiment's command line and run its sweeps, resumable, saving each as CSV.
 
     The options are --configs (default `configs`), --traces (`traces` "sia_philly") or
     --workloads (`traces` "workloads"), --processes, --out (default `out`) and --json. The sweep
-    `first`.toml runs into OUT (results.csv), `second`.toml into OUT/`second` (`second`.csv), their
-    cells in one pool (sweep.run_sweeps).
+    `first`.toml runs into OUT (results.csv), `second`.toml and each of `more` into OUT/NAME
+    (NAME.csv), all their cells in one pool (sweep.run_sweeps).
     """
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--configs", type=Path, default=configs, help=f"folder holding {first}.toml and {second}.toml")
@@ -54,12 +55,14 @@ def run_sweep_pair(description: str, argv: list[str] | None, configs: Path, firs
     chosen = getattr(args, flag)
     overrides = {"traces": {traces: chosen.split(",")}} if chosen else {}
     folder = Path(args.out)
-    main, other = results_frames([(load_sweep(args.configs / f"{first}.toml", overrides), folder),
-                                  (load_sweep(args.configs / f"{second}.toml", overrides), folder / second)],
-                                 args.processes)
+    names = (second, *more)
+    main, *others = results_frames([(load_sweep(args.configs / f"{first}.toml", overrides), folder)]
+                                   + [(load_sweep(args.configs / f"{n}.toml", overrides), folder / n) for n in names],
+                                   args.processes)
     spreadsheet_safe(main).to_csv(folder / "results.csv", index=False)
-    spreadsheet_safe(other).to_csv(folder / f"{second}.csv", index=False)
-    return SweepPair(args, main, other, folder, t0)
+    for name, frame in zip(names, others):
+        spreadsheet_safe(frame).to_csv(folder / f"{name}.csv", index=False)
+    return SweepPair(args, main, others[0], folder, t0, dict(zip(more, others[1:])))
 
 
 def workload_results(config: str | Path, out: str | Path, processes: int | None = None,
