@@ -52,7 +52,7 @@ def minimize_bounded(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: 
     wa = np.zeros(2 * _M * n + 5 * n + 11 * _M * _M + 8 * _M)
     iwa, task, ln_task = np.zeros(3 * n, np.int32), np.zeros(2, np.int32), np.zeros(2, np.int32)
     lsave, isave, dsave = np.zeros(4, np.int32), np.zeros(44, np.int32), np.zeros(29)
-    at, value, grad = None, 0.0, g  # the last point evaluated and its value and gradient
+    at: np.ndarray | None = None  # the last point evaluated (value, grad: its value and gradient)
     evaluations = steps = 0
     while True:
         _lbfgsb.setulb(_M, x, low, high, kind, f, g, _FACTR, _PGTOL, wa, iwa, task, lsave, isave, dsave, _MAXLS,
