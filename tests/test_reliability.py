@@ -21,6 +21,7 @@ import pytest
 from schedlab import InputError, solve_round
 from schedlab.bench import capacity_violations, run_mutated, run_valid, valid_round
 from schedlab.io import MAX_GPUS_PER_NODE, MAX_JOBS, load_json, parse_round_input, round_input_to_dict
+from schedlab.state import RoundInput
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "round-16x4.json"
 
@@ -394,6 +395,44 @@ def test_a_round_as_dataclasses_is_checked_as_its_json_is(path):
         as_data = _checked(bad)
         assert as_data == _checked(round_input_to_dict(bad)), (path, value)
         assert isinstance(as_data, list) or value in (-1.5, 3.5), (path, value)  # NaN, huge, a bool: refused
+
+
+def _typed(value):
+    """`value` with the type of every number and string beside it (1 and 1.0 differ)."""
+    if dataclasses.is_dataclass(value):
+        return type(value), tuple(_typed(getattr(value, f.name)) for f in dataclasses.fields(value))
+    if isinstance(value, Mapping):
+        return "map", tuple((key, _typed(item)) for key, item in sorted(value.items()))
+    if isinstance(value, (list, tuple)):
+        return "seq", tuple(map(_typed, value))
+    return type(value), value
+
+
+def _plain_round() -> RoundInput:
+    """The full round without the fields that take a job off the parser's whole-round path
+    (io.jobs.valid_as_given): a replay's round."""
+    raw = _full_round()
+    del raw["jobs"][0]["freezing"]
+    return parse_round_input(raw)
+
+
+def _each_job_field_once() -> list:
+    seen: dict = {}
+    for path, field in _dataclass_numbers(_plain_round().jobs, ("jobs",)):
+        seen.setdefault(field, path)
+    return list(seen.values())
+
+
+@pytest.mark.parametrize("path", _each_job_field_once(), ids=lambda path: ".".join(map(str, path)))
+def test_a_replays_jobs_are_kept_as_given_only_where_their_json_gives_the_same(path):
+    # A round of plain JobSpecs is checked over the whole round and its jobs kept as they are. A
+    # number of the wrong type or out of range is not: the round gets what its JSON gets, the
+    # same problems, or the same jobs field for field, each number of the same type.
+    ri = _plain_round()
+    assert all(kept is given for kept, given in zip(parse_round_input(ri).jobs, ri.jobs))
+    for value in (math.nan, 10**20, -1.5, 3.5, 3.0, 3, True, None, 0):
+        bad = replace(ri, jobs=_replaced(ri.jobs, path[1:], value))
+        assert _typed(_checked(bad)) == _typed(_checked(round_input_to_dict(bad))), (path, value)
 
 
 def test_a_cluster_object_is_checked_once_and_a_bad_one_every_time():

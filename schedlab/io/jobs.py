@@ -4,11 +4,14 @@ GPUs the running ones hold, each field checked as the schema and the models need
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import operator
 from collections.abc import Mapping
 from typing import Any
 
 from schedlab.io.checker import Checker, is_id, show
-from schedlab.io.schema import BATCH_NAMES, FIELD_ACCEPT, MAX_ID_CHARS, PARAM_NAMES, PENALTY_NAMES
+from schedlab.io.schema import BATCH_NAMES, FIELD_ACCEPT, MAX_ID_CHARS, PARAM_NAMES, PENALTY_NAMES, Accept
 from schedlab.models.freezing import PROFILES as LAYER_PROFILES
 from schedlab.models.freezing import layer_profile
 from schedlab.models.profiles import shipped_profiles
@@ -24,7 +27,7 @@ from schedlab.state import (
     ThroughputParams,
 )
 
-__all__ = ["check_current_gpus", "parse_job"]
+__all__ = ["check_current_gpus", "parse_job", "valid_as_given"]
 
 _PARAM_KEYS = frozenset(PARAM_NAMES)
 
@@ -127,10 +130,7 @@ def parse_job(ck: Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | None
     default_max = min(max(batch.max_bsz // batch.min_local_bsz, 1), total) or 1
     min_gpus = ck.field(raw, "job", "min_gpus", where, 1)
     max_gpus = ck.field(raw, "job", "max_gpus", where, default_max)
-    if min_gpus > total > 0:
-        ck.bad(f"{where}.min_gpus", f"{min_gpus} exceeds the cluster's {total} GPUs; lower it or add nodes")
-    if max_gpus < min_gpus:
-        ck.bad(f"{where}.max_gpus", f"{max_gpus} is below min_gpus {min_gpus}; raise max_gpus")
+    _check_gpu_limits(ck, where, min_gpus, max_gpus, total)
     current = []
     gpu_index = FIELD_ACCEPT["gpu"]["gpu"]
     for k, rg in enumerate(ck.sequence(raw, "current_gpus", where)):
@@ -172,6 +172,94 @@ def parse_job(ck: Checker, raw: Any, i: int, cluster: Cluster) -> JobSpec | None
         pinned=pinned,
         projected_types=_parse_projected_types(ck, raw, where, throughput, projected),
     )
+
+
+def _check_gpu_limits(ck: Checker, where: str, min_gpus: int, max_gpus: int, total: int) -> None:
+    """A job's GPU limits: some count between them, and min_gpus within the cluster (a cluster of
+    0 GPUs, every node drained, is a valid round in which no job runs)."""
+    if min_gpus > total > 0:
+        ck.bad(f"{where}.min_gpus", f"{min_gpus} exceeds the cluster's {total} GPUs; lower it or add nodes")
+    if max_gpus < min_gpus:
+        ck.bad(f"{where}.max_gpus", f"{max_gpus} is below min_gpus {min_gpus}; raise max_gpus")
+
+
+# The JobSpec fields that hold a number: each with its schema range, the Python type it has where
+# parse_job keeps it as it is (it turns an int into a float where the schema says number), and
+# whether it may be None (else parse_job puts its default in None's place)
+_NUMBERS = tuple((f.name, accept, int if accept.integer else float, f.default is None)
+                 for f in dataclasses.fields(JobSpec) if (accept := FIELD_ACCEPT["job"].get(f.name)))
+# The JobSpec fields of other kinds whose values parse_job keeps (or turns into the job's own)
+_KINDS = (("throughput", dict), ("current_gpus", tuple), ("batch_by_type", dict), ("pinned", bool),
+          ("projected_types", tuple))
+_GPU_INDEX = FIELD_ACCEPT["gpu"]["gpu"]
+
+
+def _kept(column: tuple, accept: Accept, kind: type, optional: bool) -> bool:
+    """Whether Checker.field keeps every number of `column` (None where `optional`) as it is: of
+    its field's type, within its range."""
+    values = [v for v in column if v is not None] if optional else column
+    if not values:
+        return True
+    if set(map(type, values)) != {kind}:
+        return False
+    lo, hi = (accept.int_lo, accept.int_hi) if kind is int else (accept.float_lo, accept.float_hi)
+    positive = accept.positive
+    return all(lo <= v <= hi and (v > 0 or not positive) for v in values)  # NaN fails: min() would skip it
+
+
+def _ids(column: tuple, optional: bool) -> bool:
+    """Whether every value of `column` is a usable id (is_id), or None where `optional`."""
+    values = [v for v in column if v is not None] if optional else column
+    return not values or (set(map(type, values)) == {str} and min(map(len, values)) > 0
+                          and max(map(len, values)) <= MAX_ID_CHARS)
+
+
+def valid_as_given(ck: Checker, jobs: Any, cluster: Cluster) -> bool:
+    """Whether `jobs` are JobSpecs that parse_job would each return unchanged, valid and with
+    unique ids: the common case of a round given as dataclasses (a replay's jobs), checked field
+    by field over the whole round, as parse_job reads each field but without reading every job as
+    its JSON object (~15 us a job: the most of a 100-job round's parse). Anything else, valid or
+    not, is left to parse_job, which names each problem: what this adds to `ck` is taken back."""
+    if not jobs or set(map(type, jobs)) != {JobSpec}:
+        return not jobs
+    fields = {f.name: column for f, column in zip(dataclasses.fields(JobSpec), zip(*map(_values, jobs)))}
+    refs = [ref for held in fields["current_gpus"] for ref in held]
+    if not (_ids(fields["id"], optional=False) and len(set(fields["id"])) == len(jobs)
+            and _ids(fields["application"], optional=True) and _ids(fields["app_class"], optional=True)
+            and set(fields["application"]) - {None} <= shipped_profiles().keys()
+            and all(set(map(type, fields[name])) == {kind} for name, kind in _KINDS)
+            and _PARAM_KEYS.isdisjoint(set().union(*fields["throughput"])) and fields["freezing"].count(None) == len(jobs)
+            and not any(fields["batch_by_type"]) and not any(fields["pinned"]) and not any(fields["projected_types"])
+            and all(_kept(fields[name], accept, kind, optional) for name, accept, kind, optional in _NUMBERS)
+            and (not refs or (set(map(type, refs)) == {GpuRef} and _ids(tuple(r.node for r in refs), optional=False)
+                              and _kept(tuple(r.gpu for r in refs), _GPU_INDEX, int, optional=False)))):
+        return False
+    found = len(ck.problems)
+    params = {id(p): p for throughput in fields["throughput"] for p in throughput.values()}
+    batches = {id(b): b for b in fields["batch"]}
+    total = cluster.total_gpus
+    kept = True
+    for job in jobs:
+        kept &= _same(job.grad_stats, _check_grad(ck, job.grad_stats, "jobs.grad_stats"))
+        _check_gpu_limits(ck, "jobs", job.min_gpus, job.max_gpus, total)
+    kept = (kept and all(_same(p, _parse_params(ck, p, "jobs.throughput_params")) for p in params.values())
+            and all(_same(b, ck.once(b, "batch", functools.partial(_check_batch, ck, b, "jobs.batch")))
+                    for b in batches.values())
+            and not any(map(cluster.projections, fields["throughput"])))
+    if len(ck.problems) > found or not kept:
+        del ck.problems[found:]
+        return False
+    return True
+
+
+_values = operator.attrgetter(*(f.name for f in dataclasses.fields(JobSpec)))
+
+
+def _same(given: Any, parsed: Any) -> bool:
+    """Whether `parsed`, what parse_job made of the dataclass `given`, is `given` field for field,
+    each of the same type (a float where an int was given, or the reverse, is not the same)."""
+    return given is parsed or (type(given) is type(parsed)
+                               and [(type(v), v) for v in vars(given).values()] == [(type(v), v) for v in vars(parsed).values()])
 
 
 def _check_pinned(ck: Checker, where: str, held: int, min_gpus: int, max_gpus: int) -> None:

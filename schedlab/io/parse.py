@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from schedlab.errors import InputError
 from schedlab.io.checker import Checker, DataChecker, is_id, number_problem, show
-from schedlab.io.jobs import check_current_gpus, parse_job
+from schedlab.io.jobs import check_current_gpus, parse_job, valid_as_given
 from schedlab.io.schema import (
     MAX_GPUS,
     MAX_GPUS_PER_NODE,
@@ -140,14 +140,26 @@ def _with_overrides(raw: Any, overrides: Mapping[str, Any]) -> Mapping[str, Any]
 def _parse_round(ck: Checker, raw: Any) -> RoundInput:
     raw = ck.mapping(raw, "round", "round")
     cluster = _parse_cluster(ck, raw.get("cluster"))
-    jobs: list[JobSpec] = []
-    first_index: dict[str, int] = {}
     if "jobs" not in raw:
         ck.bad("jobs", "is required (a list, possibly empty)")
     raw_jobs = ck.sequence(raw, "jobs", "round")
     if len(raw_jobs) > MAX_JOBS:
         ck.bad("jobs", f"{len(raw_jobs):,} jobs; a round takes at most {MAX_JOBS:,}: send the rest in a later round")
         raw_jobs = []
+    jobs = list(raw_jobs) if valid_as_given(ck, raw_jobs, cluster) else _parse_jobs(ck, raw_jobs, cluster)
+    check_current_gpus(ck, jobs, cluster)
+    settings = _parse_settings(ck, raw.get("settings", {}))
+    round_s = ck.field(raw, "round", "round_s", "round", RoundInput.round_s, fix=_ROUND_S_FIX)
+    if ck.problems:
+        raise InputError(ck.problems)
+    return RoundInput(cluster, tuple(jobs), settings, round_s)
+
+
+def _parse_jobs(ck: Checker, raw_jobs: list | tuple, cluster: Cluster) -> list[JobSpec]:
+    """Each job parsed, with its problems in `ck`; a job without a usable id, or whose id an
+    earlier job has, is left out."""
+    jobs: list[JobSpec] = []
+    first_index: dict[str, int] = {}
     for i, rj in enumerate(raw_jobs):
         job = parse_job(ck, rj, i, cluster)
         if job is None:
@@ -157,12 +169,7 @@ def _parse_round(ck: Checker, raw: Any) -> RoundInput:
             continue
         first_index[job.id] = i
         jobs.append(job)
-    check_current_gpus(ck, jobs, cluster)
-    settings = _parse_settings(ck, raw.get("settings", {}))
-    round_s = ck.field(raw, "round", "round_s", "round", RoundInput.round_s, fix=_ROUND_S_FIX)
-    if ck.problems:
-        raise InputError(ck.problems)
-    return RoundInput(cluster, tuple(jobs), settings, round_s)
+    return jobs
 
 
 def _parse_slowdown(ck: Checker, raw: Any, where: str, gpus: int) -> dict[str, tuple[float, ...]]:
