@@ -54,17 +54,16 @@ def _decode_multi(opts: JointOptions, st: Structure, counts: np.ndarray, picked:
     cl, nodes, jobs = opts.cluster, opts.round_input.cluster.nodes, opts.round_input.jobs
     at = offsets(opts, st)
     whole: dict[int, list[int]] = {}  # definition -> its whole nodes (node indices)
-    for i, (e, p) in enumerate(st.z_cols):
-        count = int(counts[at.z + i])
-        if not count:
-            continue
+    for i in np.flatnonzero(counts[at.z: at.q]).tolist():  # most of the columns are 0
+        (e, p), count = st.z_cols[i], int(counts[at.z + i])
         pool = cl.pools[p]
         taken = state.take_shape(pool.nodes, count, pool.gpus_per_node)
         if taken is None:
             raise DecodeError(f"no {count} free whole nodes in pool {p}")
         whole.setdefault(e, []).extend(sorted({state.index[ref.node] for ref in taken}))
     seats: dict[tuple[int, int], list[int]] = {}  # (group, n) -> a definition per job it takes
-    for i, (e, n) in enumerate(st.q_cols):
+    for i in np.flatnonzero(counts[at.q: at.w]).tolist():
+        e, n = st.q_cols[i]
         seats.setdefault((opts.multi[e].group, n), []).extend([e] * int(counts[at.q + i]))
     out = {}
     multi = picked[opts.kind[picked] == MULTI]
@@ -86,7 +85,8 @@ def _decode_singles(opts: JointOptions, st: Structure, counts: np.ndarray, picke
     cl, nodes, jobs = opts.cluster, opts.round_input.cluster.nodes, opts.round_input.jobs
     at = offsets(opts, st)
     free_slots: dict[int, list[int]] = {}  # demand -> a slot per job it can take
-    for i, s in enumerate(st.y_cols):
+    for i in np.flatnonzero(counts[at.y: at.z]).tolist():
+        s = st.y_cols[i]
         free_slots.setdefault(opts.slots[s].demand, []).extend([s] * int(counts[at.y + i]))
     placed: list[tuple[int, int]] = []  # (option, slot)
     for c in picked[opts.kind[picked] == SINGLE]:
