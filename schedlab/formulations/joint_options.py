@@ -28,7 +28,7 @@ from schedlab.formulations.options import (
     distinct_rows,
     fair_shapes,
     field_values,
-    model_key,
+    model_index,
     model_table,
     multi_node_counts,
     node_groups,
@@ -497,9 +497,8 @@ def _value(jobs: tuple[JobSpec, ...], job: np.ndarray, gpu_type: np.ndarray, nod
     types = sorted(set(gpu_type.tolist()))
     T = max(len(types), 1)
     pairs, pair_of_row = np.unique(job * T + np.searchsorted(types, gpu_type), return_inverse=True)
-    models: dict[tuple, int] = {}
-    model = np.array([models.setdefault(model_key(jobs[k // T], types[k % T]), len(models)) for k in pairs.tolist()],
-                     dtype=np.int64)[pair_of_row.ravel()]
+    models, model_of_pair = model_index(jobs, types, pairs // T, pairs % T)
+    model = model_of_pair[pair_of_row.ravel()]
     fixed = np.array([key[2] for key in models], dtype=float)[model]
     # a shape: one model (the jobs of one application on one GPU type) at one size and scaling
     shapes, shape = distinct_rows([model, nodes, gpus] + [dense_ids(col) for col in (tau, sync, spread) + (frozen or ())])

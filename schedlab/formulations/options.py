@@ -451,9 +451,7 @@ def _value_rows(rows: _Rows, jobs: tuple[JobSpec, ...], fixed_bsz: np.ndarray | 
     (models.efficiency.best_batch_shared); each row's gradient statistics value it."""
     T = max(len(rows.types), 1)
     pairs, pair_of_row = np.unique(rows.job * T + rows.gpu_type, return_inverse=True)
-    models: dict[tuple, int] = {}
-    model_of_pair = np.array([models.setdefault(model_key(jobs[k // T], rows.types[k % T]), len(models))
-                              for k in pairs.tolist()], dtype=np.int64)
+    models, model_of_pair = model_index(jobs, rows.types, pairs // T, pairs % T)
     model = model_of_pair[pair_of_row.ravel()]
     row_fixed = (np.array([fixed for _, _, fixed in models], dtype=float)[model] if fixed_bsz is None
                  else np.asarray(fixed_bsz, dtype=float))
@@ -473,6 +471,23 @@ def model_key(job: JobSpec, gpu_type: str) -> tuple:
     """What a job's best batch on a GPU type depends on besides its gradient statistics and shape:
     its throughput parameters there, its batch limits there (JobSpec.batch_on) and its fixed batch."""
     return field_values(job.throughput[gpu_type]), field_values(job.batch_on(gpu_type)), job.fixed_bsz or 0
+
+
+def model_index(jobs: tuple[JobSpec, ...], types: tuple[str, ...] | list[str], job: np.ndarray,
+                gpu_type: np.ndarray) -> tuple[dict[tuple, int], np.ndarray]:
+    """The distinct model keys (model_key) of the (job, GPU type) pairs, each numbered in the order
+    first met, and each pair's number. Jobs that share their parameters and batch limits (the
+    objects: one application's) are keyed once: building a key reads a dozen fields."""
+    models: dict[tuple, int] = {}
+    known: dict[tuple, int] = {}  # (id(params), id(limits), fixed batch) -> the model's number
+    out = []
+    for j, t in zip(job.tolist(), gpu_type.tolist()):
+        spec, name = jobs[j], types[t]
+        same = (id(spec.throughput[name]), id(spec.batch_on(name)), spec.fixed_bsz)
+        if (m := known.get(same)) is None:
+            m = known[same] = models.setdefault(model_key(spec, name), len(models))
+        out.append(m)
+    return models, np.array(out, dtype=np.int64)
 
 
 def model_table(models: dict[tuple, int], part: int, cls: type) -> np.ndarray:

@@ -183,6 +183,8 @@ def _check_gpu_limits(ck: Checker, where: str, min_gpus: int, max_gpus: int, tot
         ck.bad(f"{where}.max_gpus", f"{max_gpus} is below min_gpus {min_gpus}; raise max_gpus")
 
 
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(JobSpec))
+_values = operator.attrgetter(*_FIELD_NAMES)  # a JobSpec's field values, in _FIELD_NAMES's order
 # The JobSpec fields that hold a number: each with its schema range, the Python type it has where
 # parse_job keeps it as it is (it turns an int into a float where the schema says number), and
 # whether it may be None (else parse_job puts its default in None's place)
@@ -222,7 +224,7 @@ def valid_as_given(ck: Checker, jobs: Any, cluster: Cluster) -> bool:
     not, is left to parse_job, which names each problem: what this adds to `ck` is taken back."""
     if not jobs or set(map(type, jobs)) != {JobSpec}:
         return not jobs
-    fields = {f.name: column for f, column in zip(dataclasses.fields(JobSpec), zip(*map(_values, jobs)))}
+    fields = dict(zip(_FIELD_NAMES, zip(*map(_values, jobs))))
     refs = [ref for held in fields["current_gpus"] for ref in held]
     if not (_ids(fields["id"], optional=False) and len(set(fields["id"])) == len(jobs)
             and _ids(fields["application"], optional=True) and _ids(fields["app_class"], optional=True)
@@ -250,9 +252,6 @@ def valid_as_given(ck: Checker, jobs: Any, cluster: Cluster) -> bool:
         del ck.problems[found:]
         return False
     return True
-
-
-_values = operator.attrgetter(*(f.name for f in dataclasses.fields(JobSpec)))
 
 
 def _same(given: Any, parsed: Any) -> bool:
@@ -398,22 +397,23 @@ def _parse_freezing(ck: Checker, raw: Any, where: str, app: str | None) -> Freez
 def check_current_gpus(ck: Checker, jobs: list[JobSpec], cluster: Cluster) -> None:
     """Name each GPU a running job holds that the cluster lacks or another job holds too, and a
     job running on mixed GPU types or on a type it has no throughput parameters for."""
-    nodes = {n.id: n for n in cluster.nodes}
+    nodes, index = cluster.nodes, cluster.node_index  # the cluster's own: built once, not each round
     holder: dict[tuple[str, int], str] = {}  # by (node, GPU): a GpuRef's own hash is a Python call
     for i, job in enumerate(jobs):
         types = set()
         where = f"jobs[{i}].current_gpus"
         for ref in job.current_gpus:
             node, gpu = ref.node, ref.gpu
-            if node not in nodes:
+            if node not in index:
                 ck.bad(where, f"node {show(node)} is not in the cluster")
                 continue
-            if gpu >= nodes[node].gpus:
-                ck.bad(where, f"GPU {gpu} does not exist on node {show(node)} ({nodes[node].gpus} GPUs)")
+            held_on = nodes[index[node]]
+            if gpu >= held_on.gpus:
+                ck.bad(where, f"GPU {gpu} does not exist on node {show(node)} ({held_on.gpus} GPUs)")
             if (node, gpu) in holder:
                 ck.bad(where, f"GPU {node}:{gpu} is also held by job {show(holder[node, gpu])}")
             holder[node, gpu] = job.id
-            types.add(nodes[node].gpu_type)
+            types.add(held_on.gpu_type)
         if len(types) > 1:
             ck.bad(f"jobs[{i}].current_gpus", f"mixes GPU types {sorted(types)}; a job runs on one type")
         elif types and not types <= set(job.throughput):
