@@ -125,13 +125,17 @@ def structure(opts: OptionSet) -> Structure:
         c = opts.stay_option(j)
         for k, h in counts.items():
             holders.setdefault(k, []).append((c, h))
-    node_group = {k: g for g, grp in enumerate(opts.groups) for k in grp.nodes}
+    node_group = opts.round_input.cluster.derive(_NODE_GROUP, lambda: {k: g for g, grp in enumerate(opts.groups)
+                                                                      for k in grp.nodes})
     return Structure(
         item_size=item_sizes(opts),
         single_stayer={k: hs[0] for k, hs in holders.items() if len(hs) == 1},
         multi_stayer={k: hs for k, hs in holders.items() if len(hs) > 1},
         node_group=node_group,
     )
+
+
+_NODE_GROUP = "formulations.goodput: node -> group"  # Cluster.derived's key (the groups: options.node_groups, per cluster)
 
 
 def max_min_upper(opts: OptionColumns) -> float:
@@ -162,7 +166,7 @@ def build_arrays(opts: OptionSet) -> MilpArrays:
     jobs_with = np.unique(opts.job)  # (one)
     one.extend([(int(j),) for j in jobs_with], np.searchsorted(jobs_with, opts.job), np.arange(n), np.ones(n), -inf, 1.0)
     for g, grp in enumerate(opts.groups):  # (level)
-        nodes_k2 = [k for k in grp.nodes if k in st.multi_stayer]
+        nodes_k2 = [k for k in sorted(st.multi_stayer) if st.node_group[k] == g]  # in grp.nodes's order
         held = [(c, h) for k, (c, h) in st.single_stayer.items() if st.node_group[k] == g]
         for d in grp.levels:
             new = np.flatnonzero((opts.group == g) & (st.item_size >= d))

@@ -494,10 +494,10 @@ def _value(jobs: tuple[JobSpec, ...], job: np.ndarray, gpu_type: np.ndarray, nod
     (models.efficiency.best_batch_shared), the parameters scaled as joint.py's docstring says
     (first by c and s, as scaled_params); each row's gradient statistics value it.
     """
-    types = sorted(set(gpu_type.tolist()))
+    types, type_of = np.unique(gpu_type, return_inverse=True)
     T = max(len(types), 1)
-    pairs, pair_of_row = np.unique(job * T + np.searchsorted(types, gpu_type), return_inverse=True)
-    models, model_of_pair = model_index(jobs, types, pairs // T, pairs % T)
+    pairs, pair_of_row = np.unique(job * T + type_of.ravel(), return_inverse=True)
+    models, model_of_pair = model_index(jobs, types.tolist(), pairs // T, pairs % T)
     model = model_of_pair[pair_of_row.ravel()]
     fixed = np.array([key[2] for key in models], dtype=float)[model]
     # a shape: one model (the jobs of one application on one GPU type) at one size and scaling
@@ -555,9 +555,9 @@ def _undominated(o: JointOptions, util: np.ndarray) -> np.ndarray:
     single = np.flatnonzero(o.kind == SINGLE)
     if not len(single):
         return keep
-    types = sorted(set(o.gpu_type[single].tolist()))
-    taus = np.unique(o.tau[single])
-    type_of, tier_of = np.searchsorted(types, o.gpu_type[single]), np.searchsorted(taus, o.tau[single])
+    types, type_of = np.unique(o.gpu_type[single], return_inverse=True)
+    taus, tier_of = np.unique(o.tau[single], return_inverse=True)
+    types, type_of, tier_of = types.tolist(), type_of.ravel(), tier_of.ravel()
     d = o.num_gpus[single]
     value = np.full((o.num_jobs, len(types), len(taus), int(d.max()) + 1), -np.inf)
     value[o.job[single], type_of, tier_of, d] = util[single]
@@ -688,12 +688,13 @@ def enumerate_joint_options(ri: RoundInput, prune: bool = True) -> JointOptions:
     keep = (goodput > 0) & (penalized > 0)
     U0 = unallocated_utilities(job_arr, speedup, keep, len(jobs), settings)
     pick = np.flatnonzero(keep)
+    kept_stays = set(job_arr[pick[kind[pick] == STAY]].tolist())
     opts = JointOptions(
         round_input=ri, cluster=cl, job=job_arr[pick], kind=kind[pick], ref=o["ref"][pick],
         num_nodes=o["nodes"][pick], num_gpus=o["gpus"][pick], gpu_type=o["gpu_type"][pick],
         tau=o["tau"][pick].astype(float), sync_scale=o["sync_scale"][pick].astype(float),
         demands=demands, slots=slots, multi=defs, groups=groups, goodput=goodput[pick], speedup=speedup[pick],
         penalized_speedup=penalized[pick], utility=utility(penalized[pick], settings.p), local_bsz=local[pick],
-        accum_steps=accum[pick], U0=U0, stay_gpus=stay_gpus,
-    ).subset(np.arange(len(pick)))
+        accum_steps=accum[pick], U0=U0, stay_gpus={j: held for j, held in stay_gpus.items() if j in kept_stays},
+    )
     return opts.subset(np.flatnonzero(opts.undominated(opts.utility))) if prune else opts
