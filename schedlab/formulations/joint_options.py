@@ -495,10 +495,7 @@ def _value(jobs: tuple[JobSpec, ...], job: np.ndarray, gpu_type: np.ndarray, nod
     (first by c and s, as scaled_params); each row's gradient statistics value it.
     """
     types, type_of = np.unique(gpu_type, return_inverse=True)
-    T = max(len(types), 1)
-    pairs, pair_of_row = np.unique(job * T + type_of.ravel(), return_inverse=True)
-    models, model_of_pair = model_index(jobs, types.tolist(), pairs // T, pairs % T)
-    model = model_of_pair[pair_of_row.ravel()]
+    models, model = model_index(jobs, types.tolist(), job, type_of.ravel())
     fixed = np.array([key[2] for key in models], dtype=float)[model]
     # a shape: one model (the jobs of one application on one GPU type) at one size and scaling
     shapes, shape = distinct_rows([model, nodes, gpus] + [dense_ids(col) for col in (tau, sync, spread) + (frozen or ())])

@@ -449,10 +449,7 @@ def _value_rows(rows: _Rows, jobs: tuple[JobSpec, ...], fixed_bsz: np.ndarray | 
     jobs of one application on one GPU type) and one size (nodes, GPUs, fixed batch and scale)
     share a shape, whose batch grid and throughput are computed once
     (models.efficiency.best_batch_shared); each row's gradient statistics value it."""
-    T = max(len(rows.types), 1)
-    pairs, pair_of_row = np.unique(rows.job * T + rows.gpu_type, return_inverse=True)
-    models, model_of_pair = model_index(jobs, rows.types, pairs // T, pairs % T)
-    model = model_of_pair[pair_of_row.ravel()]
+    models, model = model_index(jobs, rows.types, rows.job, rows.gpu_type)
     row_fixed = (np.array([fixed for _, _, fixed in models], dtype=float)[model] if fixed_bsz is None
                  else np.asarray(fixed_bsz, dtype=float))
     sizes = [model, rows.nodes, rows.gpus, dense_ids(row_fixed)] + ([dense_ids(s) for s in scale] if scale is not None else [])
@@ -475,19 +472,22 @@ def model_key(job: JobSpec, gpu_type: str) -> tuple:
 
 def model_index(jobs: tuple[JobSpec, ...], types: tuple[str, ...] | list[str], job: np.ndarray,
                 gpu_type: np.ndarray) -> tuple[dict[tuple, int], np.ndarray]:
-    """The distinct model keys (model_key) of the (job, GPU type) pairs, each numbered in the order
-    first met, and each pair's number. Jobs that share their parameters and batch limits (the
-    objects: one application's) are keyed once: building a key reads a dozen fields."""
+    """The distinct model keys (model_key) of rows of (job, GPU type index into `types`), each
+    numbered in the order its first (job, type) pair comes in sorted order, and each row's number.
+    Jobs that share their parameters and batch limits (the objects: one application's) are keyed
+    once: building a key reads a dozen fields."""
+    T = max(len(types), 1)
+    pairs, pair_of_row = np.unique(job * T + gpu_type, return_inverse=True)
     models: dict[tuple, int] = {}
     known: dict[tuple, int] = {}  # (id(params), id(limits), fixed batch) -> the model's number
     out = []
-    for j, t in zip(job.tolist(), gpu_type.tolist()):
-        spec, name = jobs[j], types[t]
+    for k in pairs.tolist():
+        spec, name = jobs[k // T], types[k % T]
         same = (id(spec.throughput[name]), id(spec.batch_on(name)), spec.fixed_bsz)
         if (m := known.get(same)) is None:
             m = known[same] = models.setdefault(model_key(spec, name), len(models))
         out.append(m)
-    return models, np.array(out, dtype=np.int64)
+    return models, np.array(out, dtype=np.int64)[pair_of_row.ravel()]
 
 
 def model_table(models: dict[tuple, int], part: int, cls: type) -> np.ndarray:
