@@ -47,6 +47,14 @@ class MilpArrays:
     belongs to, which a search frees or fixes together: the job of an option's column, or
     another unit of the model (e.g. a pool's packing columns), -1 for none (free whenever any
     unit is); None when every column is its own.
+
+    `defer` marks columns (at lower bound 0) that an LP optimum seldom uses: the relaxation may
+    leave them out and price them in (column generation, solvers.highs_direct), None for none.
+    `least_dual_rows` are blocks of equality rows with a zero right-hand side that only deferred
+    columns make nonzero: while those are out, the columns left in them sit at 0 and the rows'
+    duals are free. The solver sets them, block by block, to the least values that keep those
+    columns dual feasible, the prices at which deferred columns with negative coefficients in
+    them look best. A column meets a block in one row at most.
     """
 
     c: np.ndarray
@@ -59,6 +67,8 @@ class MilpArrays:
     integer: np.ndarray
     start: np.ndarray | None = None
     choice: np.ndarray | None = None
+    defer: np.ndarray | None = None
+    least_dual_rows: tuple[np.ndarray, ...] = ()
 
     @property
     def num_cols(self) -> int:

@@ -114,6 +114,30 @@ def test_the_bound_without_a_vertex_is_the_relaxations_optimum(monkeypatch):
     assert lp_bound(arrays) == pytest.approx(simplex, rel=1e-9)
 
 
+@pytest.mark.parametrize("gpus, jobs, multi_node", [(64, 8, True), (256, 100, False)])
+def test_the_relaxation_by_column_generation_is_the_whole_relaxation(gpus, jobs, multi_node):
+    """A joint round's relaxation without its multi-node options, those priced in while any
+    pays, has the whole relaxation's optimum, a point of the whole model, and reduced costs that
+    certify it (none would raise the objective from where the point leaves its column). Seed 3:
+    at 64 GPUs / 8 jobs the optimum takes multi-node options (priced in), at 256 / 100 none."""
+    cluster = make_cluster(ClusterSpec(gpus // 4, 4, racks=4, uplink_gbps=50.0, variability="measured", seed=3))[0]
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        ri = replace(random_round(rng, gpus, jobs, settings=Settings(formulation="joint")), cluster=cluster)
+        model = FORMULATIONS["joint"](ri)
+        arrays = model.arrays()
+        whole, _ = highs_direct._relax(replace(arrays, defer=None), 30.0, 0)
+        priced, reduced_cost = highs_direct._priced_relax(arrays, 30.0, 0)
+        assert priced.status == "optimal" and arrays.defer.any()
+        assert priced.objective == pytest.approx(whole.objective, rel=1e-9)
+        assert arrays.max_violation(priced.values) <= 1e-7
+        tol = 1e-6 * np.maximum(1.0, np.abs(arrays.c))
+        x = priced.values
+        raises = ((x < arrays.col_hi) & (reduced_cost > tol)) | ((x > arrays.col_lo) & (reduced_cost < -tol))
+        assert not raises.any()
+        assert (priced.values[arrays.defer] > 1e-9).any() == multi_node
+
+
 def test_no_bound_is_invented_when_not_even_the_lp_relaxation_fits_the_limit():
     res = solve_round(_joint_round(0), time_limit_s=1e-6)
     assert res.status == "fallback" and res.verified and res.bound_timed_out and math.isnan(res.bound)

@@ -142,6 +142,15 @@ the tiers where its eligible nodes grow. Freeze levels fold in as formulations/f
 proves for goodput.py (`fold_freeze_levels`: each option at its best admissible level, the same
 model size). Not modelled: links shared by several jobs (a spread's bandwidth is its own); a
 spread over racks is priced at the smallest rack uplink of the cluster.
+
+The relaxation, priced (MilpArrays.defer): an LP optimum seldom gives a job several whole
+nodes, so LP first solves it without the multi-node options' x columns and prices them in
+(solvers.highs_direct). Without them every z and q is 0 and the duals of (whole) and (rack) are
+free; at their least values a multi option's reduced cost is
+$u_c - U0_j - \pi_{\mathit{one}, j} - n \min_w \rho_w$, $\rho_w$ the LP's price of a whole node of
+an eligible pool: the option pays only if n of the cheapest such nodes cost less than it is
+worth. 2,048-GPU rounds: 15,000 of 50,000 columns out, none priced in, the relaxation 485 ->
+285 ms (mean of 8).
 """
 
 
@@ -332,13 +341,15 @@ def build_arrays(opts: JointOptions, st: Structure) -> MilpArrays:
     is sum_j U0_j; rows are (one), (demand), (level), (slots), (node), (stay), (comp), (whole),
     (rack), then (minspd) under max-min. The warm start is `start_point`'s. `choice` gives LP first's
     neighbourhood units: an option's job; a pool's slots, patterns and whole nodes; a
-    definition's q; w and t none (free in every neighbourhood).
+    definition's q; w and t none (free in every neighbourhood). The multi-node options' x are
+    deferred, (whole) then (rack) the rows whose least duals price them (module docstring).
     """
     c, col_hi, integer = _columns(opts, st)
     blocks = _constraints(opts, st)
     if opts.round_input.settings.max_min:
         blocks["minspd"] = _minspd(opts, len(c) - 1)
     A, lo, hi = stack_rows(list(blocks.values()), len(c))
+    first = dict(zip(blocks, np.cumsum([0] + [len(b) for b in blocks.values()]).tolist()))
     at, jobs, pools = offsets(opts, st), opts.num_jobs, len(opts.cluster.pools)
     choice = np.full(len(c), -1)  # LP first's neighbourhood units: jobs, then pools, then definitions
     choice[: opts.num_options] = opts.job
@@ -350,7 +361,8 @@ def build_arrays(opts: JointOptions, st: Structure) -> MilpArrays:
     col_lo[pinned_stays(opts)] = 1.0  # (pin)
     return MilpArrays(c=c, offset=float(opts.U0.sum()), A=A, row_lo=lo, row_hi=hi,
                       col_lo=col_lo, col_hi=col_hi, integer=integer, start=start_point(opts, st),
-                      choice=choice)
+                      choice=choice, defer=np.concatenate([opts.kind == MULTI, np.zeros(len(c) - opts.num_options, bool)]),
+                      least_dual_rows=tuple(first[tag] + np.arange(len(blocks[tag])) for tag in ("whole", "rack")))
 
 
 @dataclass(frozen=True)
