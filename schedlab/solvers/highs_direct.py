@@ -506,7 +506,7 @@ def _highs(model: MilpArrays, integer: np.ndarray, time_limit_s: float, mip_gap:
     for name, value in _OPTIONS.items():
         h.setOptionValue(name, value)
     h.setOptionValue("threads", 1)
-    if _well_scaled(model):
+    if not integer.any() and _well_scaled(model):
         h.setOptionValue("simplex_scale_strategy", 0)
     h.setOptionValue("time_limit", float(time_limit_s))
     h.setOptionValue("mip_rel_gap", float(mip_gap))
