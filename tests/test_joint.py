@@ -20,7 +20,7 @@ from schedlab.formulations.joint_options import enumerate_joint_options
 from schedlab.milp import set_start
 from schedlab.solvers.highs_direct import solve_highs
 from schedlab.solvers.pyomo_backend import solve_appsi_highs
-from schedlab.state import Cluster, Node, Rack, RoundInput, Settings, Topology
+from schedlab.state import Cluster, GpuRef, Node, Rack, RoundInput, Settings, Topology
 from schedlab.verify import verify
 
 
@@ -64,6 +64,62 @@ def test_joint_equals_brute_force_where_many_nodes_share_a_signature():
         assert result.status == "optimal"
         expected = joint_best(ri)
         assert result.objective == pytest.approx(expected, abs=1e-6 * max(1.0, abs(expected))), case
+
+
+def _alike_heterogeneous(rng: np.random.Generator, ri: RoundInput, racks: bool) -> RoundInput:
+    """Every node's GPUs differ alike: the same slowdowns per class, each node's in its own order
+    (so its slices are other GPU indices), on one rack or two; jobs of classes A and B."""
+    first = {"classA": (1.0, 2.2, 1.0, 1.0), "classB": (1.0, 1.0, 1.5, 1.0)}
+    nodes = []
+    for n in ri.cluster.nodes:
+        order = rng.permutation(n.gpus)
+        nodes.append(replace(n, slowdown={c: tuple(first[c][i] for i in order) for c in first}))
+    topology = None
+    if racks:
+        halves = [tuple(n.id for n in nodes[: len(nodes) // 2]), tuple(n.id for n in nodes[len(nodes) // 2:])]
+        topology = Topology(tuple(Rack(f"r{k}", ids, uplink_gbps=25.0) for k, ids in enumerate(halves) if ids),
+                            node_gbps=100.0)
+    jobs = tuple(replace(j, app_class=str(rng.choice(["classA", "classB"]))) for j in ri.jobs)
+    return replace(ri, cluster=Cluster(tuple(nodes), topology), jobs=jobs)
+
+
+def test_joint_equals_brute_force_where_heterogeneous_nodes_are_alike():
+    """Nodes whose GPUs differ alike (wherever on the node) make one pool per rack, shared out by
+    counted patterns among the nodes running jobs hold alike, by one job or several: still the
+    optimum over every placement, and the pools did hold several nodes."""
+    rng = np.random.default_rng(17)
+    pooled = binned = 0
+    for case in range(60):
+        base = tiny_round(rng, p=(1.0, -1.0, -math.inf)[case % 3], max_jobs=3, max_nodes=4)
+        ri = _alike_heterogeneous(rng, base, racks=bool(case % 2))
+        ri = replace(ri, settings=replace(ri.settings, formulation="joint", mip_gap=0.0))
+        model = joint_model(ri)
+        pooled += any(len(pool.nodes) > 1 and not pool.homogeneous for pool in model.opts.cluster.pools)
+        binned += any(len(b.nodes) > 1 for b in model.st.bins)
+        result = solve_round(ri)
+        assert result.status == "optimal"
+        expected = joint_best(ri)
+        assert result.objective == pytest.approx(expected, abs=1e-6 * max(1.0, abs(expected))), case
+    assert pooled >= 20 and binned >= 3, (pooled, binned)
+
+
+def test_a_node_running_several_jobs_is_shared_out_once():
+    """Two alike nodes of two fast and two slow GPUs; one runs a job on a fast GPU and one on a
+    slow one, both restarted too often to move. Each alone would leave 3 GPUs for a 3-GPU job,
+    but together they leave 2, so while both stay only the other node takes one of the two
+    3-GPU jobs ((lone): the node takes one pattern, not one per running job)."""
+    base = tiny_round(np.random.default_rng(1), max_jobs=4, max_nodes=1)
+    fast_slow = {"classA": (1.0, 2.2, 1.0, 2.2)}
+    nodes = (Node("a", 4, slowdown=fast_slow), Node("b", 4, slowdown={"classA": (2.2, 1.0, 2.2, 1.0)}))
+    jobs = tuple(replace(job, id=f"j{i}", app_class="classA", min_gpus=1 if i < 2 else 3, max_gpus=1 if i < 2 else 3,
+                         current_gpus=(GpuRef("a", i),) if i < 2 else (), age_s=100.0, num_restarts=5)
+                 for i, job in enumerate(base.jobs[:1] * 4))
+    ri = RoundInput(Cluster(nodes), jobs, replace(base.settings, formulation="joint", mip_gap=0.0))
+    model = joint_model(ri)
+    assert [len(pool.nodes) for pool in model.opts.cluster.pools] == [2] and [b.lone for b in model.st.bins] == [True]
+    result = solve_round(ri)
+    assert result.status == "optimal" and result.verified
+    assert result.objective == pytest.approx(joint_best(ri), rel=1e-9)
 
 
 def test_a_jobs_options_do_not_grow_with_alike_nodes():
@@ -113,7 +169,7 @@ def test_joint_pyomo_twin_is_the_same_model():
     for ri in _twin_rounds(seed=11, count=36):
         model = joint_model(ri)
         arrays, twin = model.arrays(), model.pyomo()
-        for tag in ("one", "demand", "level", "slots", "node", "stay", "comp", "whole", "rack", "minspd"):
+        for tag in ("one", "demand", "level", "slots", "node", "lone", "stay", "comp", "whole", "rack", "minspd"):
             rows[tag] = rows.get(tag, 0) + len(getattr(twin, tag, ()))
         by_arrays, by_twin = solve_highs(arrays, 30.0, 0.0), solve_appsi_highs(twin, 30.0, 0.0)
         assert by_arrays.status == by_twin.status == "optimal"
@@ -130,7 +186,7 @@ def test_joint_pyomo_twin_is_the_same_model():
         lp_twin = solve_appsi_highs(twin, 30.0, 0.0)
         assert lp_arrays.status == lp_twin.status == "optimal"
         assert lp_twin.objective == pytest.approx(lp_arrays.objective, abs=tol)
-    assert min(rows.values()) > 0 and len(rows) == 10, rows  # the rounds exercised every constraint
+    assert min(rows.values()) > 0 and len(rows) == 11, rows  # the rounds exercised every constraint
 
 
 def test_joint_without_variability_or_topology_is_the_goodput_round():

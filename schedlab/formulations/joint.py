@@ -12,9 +12,12 @@ of one class within `tier_tolerance` (relative) of a tier's smallest are one tie
 tier's largest: predictions are never optimistic.
 
 Ours too, for scale: a job's options name kinds of placement (a GPU type, size, tier and scope),
-not nodes, and integer counts say how many jobs of each kind each pool or rack takes, so the model
-grows with the jobs plus the kinds of node, not with their product (a 2,048-GPU round with PAL's
-measured variability: 2.6 million node-by-node options before, tens of thousands now).
+not nodes, and integer counts say how many jobs of each kind each kind of node, pool or rack
+takes, so the model grows with the jobs plus the kinds of node, not with their product (a
+2,048-GPU round with PAL's measured variability: 2.6 million node-by-node options before, tens
+of thousands now). Nodes whose GPUs differ alike are one pool and share their slots with every
+pool of their kind, however their running jobs hold them (bins, counted patterns): at 2,048
+GPUs, 350 such nodes are 168 pools of 30 kinds, and the relaxation has 2,000 rows, not 4,800.
 
 **Sets**
 
@@ -23,21 +26,29 @@ measured variability: 2.6 million node-by-node options before, tens of thousands
   of the node alike: its tier in every class); $K_g$ its nodes; $L_g = \mathit{chain\_levels}(G_g)$;
   $S_k$, $K1_g$, $K2_g$ as goodput.py (the stay options holding GPUs on node $k$; the nodes of
   $g$ with exactly one / several)
-- $X$ heterogeneous nodes (GPUs of several signatures), each alone; $\mathit{Sl}_k$ its slices
-  (its GPUs of one signature), $n_{ks}$ GPUs in slice $s$
+- $X$ heterogeneous pools: nodes of one GPU type, size and rack whose GPUs are of several
+  signatures, the same ones in the same numbers (wherever on the node); a slice $s$ is a node's
+  GPUs of one signature, $n_s$ of them; $K_w$ the pool's nodes
 - $W = H \cup X$ pools of whole nodes; $|K_w|$ nodes, worst tier $\tau_{wa}$ over its GPUs for class $a$
+- $F = H \cup Q$ kinds of node: a homogeneous group alone, or the heterogeneous pools $X_f$ of
+  one GPU type, size and slices over every rack (a job on one node does not care which)
 - $D$ demands $\delta = (a, \mathit{type}, d, t)$: $d$ GPUs of one type on one node, worst tier
-  $t$ for class $a$; $Y$ slots $\sigma = (w, a, m)$: one job of class $a$ on a node of pool $w$
-  taking $m_s$ GPUs of each slice ($w \in H$: one slice, $m = d \in L_w$; $w \in X$: any
-  $m \le n_{w\cdot}$ with a total $\ge 1$), serving the demand $\delta(\sigma)$ of its class,
+  $t$ for class $a$; $Y$ slots $\sigma = (f, a, m)$: one job of class $a$ on a node of kind $f$
+  taking $m_s$ GPUs of each slice ($f \in H$: one slice, $m = d \in L_f$; $f \in Q$: any
+  $m \le n_{f\cdot}$ with a total $\ge 1$), serving the demand $\delta(\sigma)$ of its class,
   type, size and worst tier $\max_{s: m_s > 0} \tau_{sa}$
 - $E$ multi-node definitions: for a class $a$, GPU type and size, tier $t$ and scope (one rack,
   or all racks), the pools $E_e = \{w : \tau_{wa} \le t,\ \mathit{rack}(w) \in R_e\}$;
   $N_e$ = multi_node_counts($\sum_{w \in E_e} |K_w|$) its node counts
-- $\Pi_k$ the patterns of $k \in X$: a set $S$ of the stay options holding GPUs on $k$, and
-  the parts $P$ (a multiset of compositions) of a vector partition of the GPUs per slice that
-  $S$ leaves free; of the $P$ of one $S$ only the maximal ones in the compositions some slot
-  uses; $\mathit{cnt}_\pi(m)$ the parts of $\pi$ equal to $m$
+- $B_w$ the bins of $w \in X$: its nodes running one job (a stay option) that holds $h$ GPUs
+  per slice, one bin for each $h$, and each node running several alone (a lone bin); $K_b$ its
+  nodes; a position $i$ of a bin is a running job of each of its nodes, $c_{ki}$ the stay
+  option at position $i$ of node $k$, holding $h_{bi}$ GPUs per slice
+- $\Pi_w$ the patterns of $w \in X$: free ones $(\emptyset, P)$ and, of each bin $b \in B_w$,
+  held ones $(S, P) \in \Pi_b$, $S$ a nonempty set of its positions; $P$ the parts (a multiset
+  of compositions) of a vector partition of the GPUs per slice that $S$'s jobs leave free; of
+  the $P$ of one $S$ only the maximal ones in the compositions some slot of the kind uses;
+  $\mathit{cnt}_\pi(m)$ the parts of $\pi$ equal to $m$
 - $M$ multi-node groups: the definitions of one class, type, size, tier and bandwidth scale,
   over all racks (one definition) or within one rack (one per rack: a job takes nodes of one
   rack, whichever); $E_\mu$ the definitions of group $\mu$
@@ -56,19 +67,20 @@ measured variability: 2.6 million node-by-node options before, tens of thousands
 - $u_c$, $U0_j$, $s'_c$ utility, unallocated utility, penalized speedup as goodput.py (the fair
   share valued on a typical GPU: variability shows in the speedups)
 - $d_\sigma = \sum_s m_{\sigma s}$ GPUs of slot $\sigma$; $n_c$ the whole nodes of a multi option
-- $h_{kc}$ GPUs stay option $c$ holds on a homogeneous node $k$; $h_{kcs}$ on slice $s$ of $k \in X$
+- $h_{kc}$ GPUs stay option $c$ holds on a homogeneous node $k$
 
 **Variables**
 
 - $x_c \in \{0, 1\}$: option $c$ is chosen
 - $y_\sigma \in \{0, \dots, \bar y_\sigma\}$: jobs placed in slot $\sigma$, at most what its
-  pool holds: $|K_w| \lfloor G_w / d_\sigma \rfloor$ on $w \in H$,
-  $\min_{s: m_{\sigma s} > 0} \lfloor n_{ws} / m_{\sigma s} \rfloor$ on $w \in X$
+  kind holds: $|K_f| \lfloor G_f / d_\sigma \rfloor$ on $f \in H$,
+  $\sum_{w \in X_f} |K_w| \min_{s: m_{\sigma s} > 0} \lfloor n_s / m_{\sigma s} \rfloor$ on $f \in Q$
 - $z_{ew} \in \{0, \dots, |K_w|\}$, $w \in E_e$: whole nodes of pool $w$ given to definition $e$
 - $q_{en} \in \{0, \dots, \lfloor \sum_{w \in E_e} |K_w| / n \rfloor\}$, $n \in N_e$: jobs
   taking $n$ whole nodes of definition $e$
-- $u_{k\pi} \in \{0, 1\}$, $\pi = (S, P) \in \Pi_k$: node $k \in X$ is shared out as pattern
-  $\pi$: its stay options $S$ keep their GPUs and the rest go to the parts $P$
+- $u_{w\pi} \in \{0, \dots, |K_w|\}$ ($\pi$ free) or $\{0, \dots, |K_b|\}$ ($\pi \in \Pi_b$):
+  nodes of pool $w \in X$ shared out as pattern $\pi = (S, P)$: the running jobs at the
+  positions $S$ keep their GPUs and the rest go to the parts $P$
 - $w_{kd} \in \mathbb{Z}_{\ge 0}$: goodput.py's free $d$-slots of a homogeneous node with
   several stayers, $k \in K2_g$, $d \in L_g$
 - $t$: max-min only, as goodput.py
@@ -96,12 +108,15 @@ $$
                  && g \in H,\ d \in L_g \\
 &\text{(slots)}  && d \, w_{kd} + \sum_{c \in S_k} h_{kc} \, x_c \le G_g
                  && k \in K2_g,\ d \in L_g \\
-&\text{(node)}   && \sum_{\pi \in \Pi_k} u_{k\pi} + \sum_e z_{ek} \le 1
-                 && k \in X \\
-&\text{(stay)}   && x_c \le \sum_{\pi = (S, P) \in \Pi_k:\ c \in S} u_{k\pi}
-                 && k \in X,\ c \in S_k \\
-&\text{(comp)}   && \sum_{\sigma \text{ on } k,\ m_\sigma = m} y_\sigma \le \sum_{\pi \in \Pi_k} \mathit{cnt}_\pi(m) \, u_{k\pi}
-                 && k \in X,\ m \\
+&\text{(node)}   && \sum_{\pi \in \Pi_w} u_{w\pi} + \sum_e z_{ew} \le |K_w|
+                 && w \in X \\
+&\text{(lone)}   && \sum_{\pi \in \Pi_b} u_{w\pi} \le 1
+                 && b \text{ a lone bin} \\
+&\text{(stay)}   && \sum_{k \in K_b} x_{c_{ki}} \le \sum_{\pi = (S, P) \in \Pi_b:\ i \in S} u_{w\pi}
+                 && b \in B_w,\ i \text{ a position of } b \\
+&\text{(comp)}   && \sum_{\sigma \text{ on } f,\ m_\sigma = m} y_\sigma
+                    \le \sum_{w \in X_f} \sum_{\pi \in \Pi_w} \mathit{cnt}_\pi(m) \, u_{w\pi}
+                 && f \in Q,\ m \\
 &\text{(whole)}  && \sum_{w \in E_e} z_{ew} = \sum_{n \in N_e} n \, q_{en}
                  && e \in E \\
 &\text{(rack)}   && \sum_{e \in E_\mu:\ n \in N_e} q_{en} = \sum_{c = \mathit{multi}(\mu, n)} x_c
@@ -119,21 +134,29 @@ $$
 **Why it is exact.** A single option is worth what its demand's size and tier give, and so is
 every slot serving that demand, so (demand) lets any job take any such slot: matching the chosen
 options to slots one by one realizes them, and every concrete single-node placement is some slot
-(its node's pool, the job's class, its GPUs per slice). A heterogeneous node is one bin whose
-GPUs of one slice are interchangeable: every way to share it out among its stayers, new jobs and
-a whole-node taker is one pattern or a whole node ((node), (stay), (comp)), and each is
-feasible, so those rows are exactly its capacity; stated by patterns and not by slice
-capacities, the relaxation of one node's packing is its convex hull (slice rows let the LP place
-a third of a 3-GPU job on each of three nodes). A homogeneous group is goodput.py's node group,
-slots and whole nodes being items of its chain, so its (level) argument holds unchanged. (whole)
+(its node's kind, the job's class, its GPUs per slice). A heterogeneous node's GPUs of one slice
+are interchangeable, and so are the nodes of one pool but for the jobs they run: every way to
+share a node out among its running jobs, new jobs and a whole-node taker is one pattern or a
+whole node, so counts of patterns per pool are its capacity. An integer point is realized node
+by node: each node keeping a running job takes a pattern of its bin that keeps it ((stay): as
+many as such nodes; a lone node one pattern, (lone), which so keeps all of its jobs that stay),
+and every other pattern counted, free or held, a node of its pool that keeps none and is not
+given whole, which (node) leaves enough of (a held pattern fits any node of its pool: what its
+jobs leave is part of the node); the patterns' parts on the nodes of kind $f$ then take $f$'s
+slots one by one (comp). Conversely each node of a placement is shared out by some pattern
+(a maximal one holding its jobs). Stated by patterns and not by slice capacities, the
+relaxation of one node's packing is its convex hull (slice rows let the LP place a third of a
+3-GPU job on each of three nodes), and counting alike nodes' patterns loses nothing of it (the
+counts split evenly over a bin's nodes). A homogeneous group is goodput.py's node group, slots
+and whole nodes being items of its chain, so its (level) argument holds unchanged. (whole)
 and (rack) give each definition as many whole nodes as its jobs take, and a multi option's jobs
 to definitions of its group: every job's nodes lie in one definition, so within its scope and at
 a tier no worse than its option's; the option with the realized tier and scope exists, so the
 optimum over options is the optimum over concrete placements of these shapes. Decoding places
 stayers, then each definition's whole nodes and its jobs, then slots matched to singles, largest
-first on homogeneous pools (packing.py) and composition by composition on heterogeneous nodes (u
-leaves each part room): it never fails; the verifier checks anyway, and a brute-force test over
-every placement checks the optimum.
+first on homogeneous groups (packing.py) and on heterogeneous nodes into the parts of the
+patterns u gives them, as above: it never fails; the verifier checks anyway, and brute-force
+tests over every placement check the optimum.
 
 Smaller, still exact (joint_options.py): a larger node count of one multi-node group is kept
 only if worth more than the smaller ones; a single option only if worth more than every smaller
@@ -193,7 +216,7 @@ def _constraints(opts: JointOptions, st: Structure) -> dict[str, Rows]:
     """
     cl, n, inf = opts.cluster, opts.num_options, math.inf
     at = offsets(opts, st)
-    out = {tag: Rows() for tag in ("one", "demand", "level", "slots", "node", "stay", "comp", "whole", "rack")}
+    out = {tag: Rows() for tag in ("one", "demand", "level", "slots", "node", "lone", "stay", "comp", "whole", "rack")}
     jobs_with = np.unique(opts.job)
     out["one"].extend([(int(j),) for j in jobs_with], np.searchsorted(jobs_with, opts.job), np.arange(n),
                       np.ones(n), -inf, 1.0)
@@ -203,9 +226,9 @@ def _constraints(opts: JointOptions, st: Structure) -> dict[str, Rows]:
     out["demand"].extend([(d,) for d in st.demands], demand_row,
                          np.concatenate([single, at.y + np.arange(len(st.y_cols))]),
                          np.concatenate([np.ones(len(single)), -np.ones(len(st.y_cols))]), -inf, 0.0)
-    y_on: dict[int, list[int]] = {}
+    y_on: dict[int, list[int]] = {}  # kind -> its y
     for i, s in enumerate(st.y_cols):
-        y_on.setdefault(opts.slots[s].pool, []).append(i)
+        y_on.setdefault(opts.slots[s].kind, []).append(i)
     z_on: dict[int, list[int]] = {}
     for i, (_, p) in enumerate(st.z_cols):
         z_on.setdefault(p, []).append(at.z + i)
@@ -214,7 +237,7 @@ def _constraints(opts: JointOptions, st: Structure) -> dict[str, Rows]:
         if not pool.homogeneous:
             continue
         G = pool.gpus_per_node
-        ys, zs = y_on.get(p, []), z_on.get(p, [])
+        ys, zs = y_on.get(pool.kind, []), z_on.get(p, [])
         size = np.array([opts.slots[st.y_cols[i]].gpus for i in ys], dtype=float)
         k2 = [k for k in pool.nodes if k in st.multi_stayer]
         k1 = [st.single_stayer[k] for k in pool.nodes if k in st.single_stayer]
@@ -251,27 +274,34 @@ def _constraints(opts: JointOptions, st: Structure) -> dict[str, Rows]:
 
 
 def _pattern_rows(opts: JointOptions, st: Structure, out: dict[str, Rows]) -> None:
-    """(node), (stay) and (comp) of every heterogeneous node, each block in one call."""
-    at, inf = offsets(opts, st), math.inf
-    het = [p for p, pool in enumerate(opts.cluster.pools) if not pool.homogeneous]
-    u_pool = np.array([p for p, _, _ in st.u_cols], dtype=int)
+    """(node), (lone), (stay) and (comp) of the heterogeneous pools, each block in one call."""
+    cl, at, inf = opts.cluster, offsets(opts, st), math.inf
+    het = [p for p, pool in enumerate(cl.pools) if not pool.homogeneous]
+    u_pool = np.array([p for p, _, _, _ in st.u_cols], dtype=int)
+    u_bin = np.array([b for _, b, _, _ in st.u_cols], dtype=int)
     z_pool = np.array([p for _, p in st.z_cols], dtype=int)
     taken = np.isin(z_pool, het)
     node_row = {p: r for r, p in enumerate(het)}
     cols = np.concatenate([at.u + np.arange(len(u_pool)), at.z + np.flatnonzero(taken)]).astype(int)
     pools = np.concatenate([u_pool, z_pool[taken]])
     out["node"].extend([(p,) for p in het], np.array([node_row[p] for p in pools.tolist()], dtype=int), cols,
-                       np.ones(len(cols)), -inf, 1.0)
-    stays = [(p, c) for p in het for c in st.het_stayers.get(p, {})]
-    stay_row = {pc: r for r, pc in enumerate(stays)}
-    holding = [(stay_row[p, c], at.u + i) for i, (p, kept, _) in enumerate(st.u_cols) for c in kept]
-    out["stay"].extend(stays, np.array([r for r, _ in holding] + list(range(len(stays))), dtype=int),
-                       np.array([col for _, col in holding] + [c for _, c in stays], dtype=int),
-                       np.concatenate([-np.ones(len(holding)), np.ones(len(stays))]), -inf, 0.0)
-    comp_row = {pm: r for r, pm in enumerate(st.comp_rows)}
-    y_rows = [(comp_row[opts.slots[s].pool, opts.slots[s].comp], at.y + i) for i, s in enumerate(st.y_cols)
-              if (opts.slots[s].pool, opts.slots[s].comp) in comp_row]
-    parts = [(comp_row[p, m], at.u + i, -float(k)) for i, (p, _, pattern) in enumerate(st.u_cols)
+                       np.ones(len(cols)), -inf, np.array([float(len(cl.pools[p].nodes)) for p in het]))
+    lone = [b for b, bin_ in enumerate(st.bins) if bin_.lone]
+    lone_row = {b: r for r, b in enumerate(lone)}
+    held = np.flatnonzero(np.isin(u_bin, lone))
+    out["lone"].extend([(b,) for b in lone], np.array([lone_row[b] for b in u_bin[held].tolist()], dtype=int),
+                       at.u + held, np.ones(len(held)), -inf, 1.0)
+    stays = [(b, i) for b, bin_ in enumerate(st.bins) for i in range(len(bin_.holds))]
+    stay_row = {bi: r for r, bi in enumerate(stays)}
+    holding = [(stay_row[b, i], at.u + col) for col, (_, b, kept, _) in enumerate(st.u_cols) for i in kept]
+    stayers = [(stay_row[b, i], c) for b, bin_ in enumerate(st.bins) for on_node in bin_.stayers for i, c in enumerate(on_node)]
+    out["stay"].extend(stays, np.array([r for r, _ in holding] + [r for r, _ in stayers], dtype=int),
+                       np.array([col for _, col in holding] + [c for _, c in stayers], dtype=int),
+                       np.concatenate([-np.ones(len(holding)), np.ones(len(stayers))]), -inf, 0.0)
+    comp_row = {fm: r for r, fm in enumerate(st.comp_rows)}
+    y_rows = [(comp_row[opts.slots[s].kind, opts.slots[s].comp], at.y + i) for i, s in enumerate(st.y_cols)
+              if (opts.slots[s].kind, opts.slots[s].comp) in comp_row]
+    parts = [(comp_row[cl.pools[p].kind, m], at.u + i, -float(k)) for i, (p, _, _, pattern) in enumerate(st.u_cols)
              for m, k in part_counts(pattern)]
     out["comp"].extend(list(st.comp_rows), np.array([r for r, _ in y_rows] + [r for r, _, _ in parts], dtype=int),
                        np.array([c for _, c in y_rows] + [c for _, c, _ in parts], dtype=int),
@@ -281,8 +311,8 @@ def _pattern_rows(opts: JointOptions, st: Structure, out: dict[str, Rows]) -> No
 def _columns(opts: JointOptions, st: Structure) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Objective coefficients, upper bounds and integrality of x, y, z, q, w, u, then t (max-min).
 
-    A slot holds at most what its pool can: G_g / d per node of a homogeneous group, and on a
-    heterogeneous node as many of its composition as every slice holds.
+    A slot holds at most what its kind's nodes can (Slot.most); a free pattern is taken by at
+    most every node of its pool, a bin's by at most every node of the bin.
     """
     cl, n = opts.cluster, opts.num_options
     max_min = opts.round_input.settings.max_min
@@ -291,7 +321,7 @@ def _columns(opts: JointOptions, st: Structure) -> tuple[np.ndarray, np.ndarray,
                          [float(len(cl.pools[p].nodes)) for _, p in st.z_cols],
                          [float(opts.multi[e].nodes // m) for e, m in st.q_cols],
                          [cl.pools[cl.pool_of[k]].gpus_per_node // d for k, d in st.w_cols],
-                         np.ones(len(st.u_cols))])
+                         [float(len(cl.pools[p].nodes) if b < 0 else len(st.bins[b].nodes)) for p, b, _, _ in st.u_cols]])
     integer = np.ones(len(c), dtype=bool)
     if max_min:
         c = np.append(c, max_min_weight(opts))
@@ -304,8 +334,8 @@ def start_point(opts: JointOptions, st: Structure) -> np.ndarray:
     """The warm start: every running job stays.
 
     x_c = 1 for the stay options; y, z, q = 0; each w_kd the free d-slots its node's stayers
-    leave, floor((G_g - sum h_kc) / d); on a heterogeneous node with stayers, u = 1 for a
-    pattern of all of them; t (max-min) the smallest penalized speedup of that point.
+    leave, floor((G_g - sum h_kc) / d); every node of a bin takes the bin's first pattern that
+    keeps all its stayers; t (max-min) the smallest penalized speedup of that point.
     """
     at = offsets(opts, st)
     v = np.zeros(at.end + opts.round_input.settings.max_min)
@@ -315,10 +345,10 @@ def start_point(opts: JointOptions, st: Structure) -> np.ndarray:
         G = opts.cluster.pools[opts.cluster.pool_of[k]].gpus_per_node
         v[at.w + i] = (G - sum(h for _, h in st.multi_stayer[k])) // d
     seen = set()
-    for i, (p, stay, _) in enumerate(st.u_cols):
-        if p not in seen and stay and set(stay) == set(st.het_stayers[p]):
-            v[at.u + i] = 1.0
-            seen.add(p)
+    for i, (_, b, stay, _) in enumerate(st.u_cols):
+        if b >= 0 and b not in seen and len(stay) == len(st.bins[b].holds):
+            v[at.u + i] = len(st.bins[b].nodes)
+            seen.add(b)
     if opts.round_input.settings.max_min:
         v[-1] = min_job_speedup(opts, v[: opts.num_options])
     return v
@@ -350,13 +380,16 @@ def build_arrays(opts: JointOptions, st: Structure) -> MilpArrays:
         blocks["minspd"] = _minspd(opts, len(c) - 1)
     A, lo, hi = stack_rows(list(blocks.values()), len(c))
     first = dict(zip(blocks, np.cumsum([0] + [len(b) for b in blocks.values()]).tolist()))
-    at, jobs, pools = offsets(opts, st), opts.num_jobs, len(opts.cluster.pools)
-    choice = np.full(len(c), -1)  # LP first's neighbourhood units: jobs, then pools, then definitions
+    cl, at, jobs = opts.cluster, offsets(opts, st), opts.num_jobs
+    pools, kinds = len(cl.pools), len(cl.kinds)
+    # LP first's neighbourhood units: jobs, pools, heterogeneous kinds (their slots), definitions
+    kind_unit = np.array([jobs + (kind.pools[0] if kind.homogeneous else pools + f) for f, kind in enumerate(cl.kinds)])
+    choice = np.full(len(c), -1)
     choice[: opts.num_options] = opts.job
-    choice[at.y: at.z] = [jobs + opts.slots[s].pool for s in st.y_cols]
+    choice[at.y: at.z] = kind_unit[[opts.slots[s].kind for s in st.y_cols]]
     choice[at.z: at.q] = [jobs + p for _, p in st.z_cols]
-    choice[at.q: at.w] = [jobs + pools + e for e, _ in st.q_cols]
-    choice[at.u: at.end] = [jobs + p for p, _, _ in st.u_cols]
+    choice[at.q: at.w] = [jobs + pools + kinds + e for e, _ in st.q_cols]
+    choice[at.u: at.end] = [jobs + p for p, _, _, _ in st.u_cols]
     col_lo = np.zeros(len(c))
     col_lo[pinned_stays(opts)] = 1.0  # (pin)
     return MilpArrays(c=c, offset=float(opts.U0.sum()), A=A, row_lo=lo, row_hi=hi,
@@ -370,7 +403,8 @@ class _Names:
     """The module docstring's sets over names, found from the options alone.
 
     Not from Structure or the arrays' rows: options are (job id, option) labels, pools "p0",
-    "p1", ..., slots (pool, class, composition), definitions "e0", "e1", ..., nodes their ids.
+    "p1", ..., kinds "f0", "f1", ..., slots (kind, class, composition), definitions "e0",
+    "e1", ..., bins "b" and their first node's id, nodes their ids.
     """
 
     options: list[tuple[str, str]]  # C, in the arrays' column order
@@ -378,17 +412,17 @@ class _Names:
     singles: dict[int, list[tuple[str, str]]]  # demand -> its single options
     slots: dict[int, list[tuple[str, str, str]]]  # demand -> its slots, by name
     slot_comp: dict[tuple[str, str, str], tuple[int, ...]]  # slot -> m, in the arrays' column order
-    on_pool: dict[str, list[tuple[str, str, str]]]  # pool -> its slots
+    on_kind: dict[str, list[tuple[str, str, str]]]  # kind -> its slots
     multis: dict[tuple[int, int], list[tuple[str, str]]]  # (group, n) -> its multi options
     defs: dict[str, tuple[str, ...]]  # e -> E_e, the definitions of the groups named
     counts: dict[str, tuple[int, ...]]  # e -> the n of N_e some option of its group takes
     group_defs: dict[tuple[int, int], list[str]]  # (group, n) -> the definitions with n in N_e
     takers: dict[str, list[str]]  # pool -> the definitions it is in
     held: dict[str, dict[tuple[str, str], int]]  # homogeneous node k -> S_k as {stay option: h_kc}
-    held_het: dict[str, dict[tuple[str, str], tuple[int, ...]]]  # pool of X -> {stay option: h_kc. per slice}
-    patterns: list[tuple[str, str, str]]  # Pi_k: (pool, S as "+"-joined job ids, P as "|"-joined parts)
-    stays_in: dict[tuple[str, str, str], list[tuple[str, str]]]  # u -> S as stay option labels
-    parts: dict[tuple[str, str, str], tuple[tuple[int, ...], ...]]  # u -> P
+    bins: dict[str, tuple[str, tuple[tuple[int, ...], ...], list[list[tuple[str, str]]]]]  # b -> (pool, h_i, stayers per node)
+    patterns: list[tuple[str, str, str, str]]  # Pi_w: (pool, bin ("" free), S as "+"-joined positions, P)
+    stays_in: dict[tuple[str, str, str, str], tuple[int, ...]]  # u -> S
+    parts: dict[tuple[str, str, str, str], tuple[tuple[int, ...], ...]]  # u -> P
     K2L: list[tuple[str, int]]  # (k, d): k in K2_g, d in L_g, in the arrays' column order
 
 
@@ -405,13 +439,13 @@ def _names(opts: JointOptions) -> _Names:
         singles.setdefault(int(opts.ref[c]), []).append(labels[c])
     slots: dict[int, list[tuple[str, str, str]]] = {}
     slot_comp: dict[tuple[str, str, str], tuple[int, ...]] = {}  # in the arrays' column order
-    on_pool: dict[str, list[tuple[str, str, str]]] = {}
+    on_kind: dict[str, list[tuple[str, str, str]]] = {}
     for slot in opts.slots:
         if slot.demand in singles:
-            name = (f"p{slot.pool}", cl.classes[slot.cls], "x".join(map(str, slot.comp)))
+            name = (f"f{slot.kind}", cl.classes[slot.cls], "x".join(map(str, slot.comp)))
             slots.setdefault(slot.demand, []).append(name)
             slot_comp[name] = slot.comp
-            on_pool.setdefault(f"p{slot.pool}", []).append(name)
+            on_kind.setdefault(f"f{slot.kind}", []).append(name)
     multis: dict[tuple[int, int], list[tuple[str, str]]] = {}
     for c in np.flatnonzero(opts.kind == MULTI).tolist():
         multis.setdefault((int(opts.ref[c]), int(opts.num_nodes[c])), []).append(labels[c])
@@ -429,47 +463,52 @@ def _names(opts: JointOptions) -> _Names:
             for p in defs[e_name]:
                 takers.setdefault(p, []).append(e_name)
     held: dict[str, dict[tuple[str, str], int]] = {}
-    held_het: dict[str, dict[tuple[str, str], tuple[int, ...]]] = {}
+    held_het: dict[int, dict[tuple[str, str], tuple[int, ...]]] = {}  # heterogeneous node -> {stay option: h_kc.}
     for j, on in opts.stay_gpus.items():
         stay = labels[opts.stay_option(j)]
         for k, gpus in on.items():
-            pool = cl.pools[cl.pool_of[k]]
-            if pool.homogeneous:
+            if cl.pools[cl.pool_of[k]].homogeneous:
                 held.setdefault(node_id[k], {})[stay] = len(gpus)
-                continue
-            held_het.setdefault(f"p{cl.pool_of[k]}", {})[stay] = tuple(len(set(gpus) & set(members))
-                                                                     for members in pool.slices)
-    used: dict[str, set[tuple[int, ...]]] = {}
-    for name, comp in slot_comp.items():
-        if not cl.pools[int(name[0][1:])].homogeneous:
-            used.setdefault(name[0], set()).add(comp)
-    by_label = {label: c for c, label in enumerate(labels)}
-    patterns: list[tuple[str, str, str]] = []
-    stays_in: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
-    parts: dict[tuple[str, str, str], tuple[tuple[int, ...], ...]] = {}
+            else:
+                held_het.setdefault(k, {})[stay] = tuple(len(set(gpus) & set(members)) for members in cl.slices_of[k])
+    bins: dict[str, tuple[str, tuple[tuple[int, ...], ...], list[list[tuple[str, str]]]]] = {}
+    alike: dict[tuple[int, tuple[int, ...]], str] = {}  # (pool, h) -> the bin of its nodes with one stayer
+    for k in sorted(held_het):
+        stays = sorted(held_het[k], key=labels.index)  # positions in column order
+        if len(stays) > 1:
+            bins[f"b{node_id[k]}"] = (f"p{cl.pool_of[k]}", tuple(held_het[k][c] for c in stays), [stays])
+            continue
+        b = alike.setdefault((cl.pool_of[k], held_het[k][stays[0]]), f"b{node_id[k]}")
+        bins.setdefault(b, (f"p{cl.pool_of[k]}", (held_het[k][stays[0]],), []))[2].append(stays)
+    used: dict[str, frozenset[tuple[int, ...]]] = {f: frozenset(slot_comp[s] for s in mine) for f, mine in on_kind.items()}
+    patterns: list[tuple[str, str, str, str]] = []
+    stays_in: dict[tuple[str, str, str, str], tuple[int, ...]] = {}
+    parts: dict[tuple[str, str, str, str], tuple[tuple[int, ...], ...]] = {}
     for index, het in enumerate(cl.pools):
         if het.homogeneous:
             continue
-        holds = {by_label[c]: h for c, h in held_het.get(f"p{index}", {}).items()}
-        for kept, pattern in pool_patterns(het, holds, used.get(f"p{index}", set())):
-            u = (f"p{index}", "+".join(labels[c][0] for c in kept), "|".join("x".join(map(str, m)) for m in pattern))
-            patterns.append(u)
-            stays_in[u] = [labels[c] for c in kept]
-            parts[u] = pattern
+        mine = used.get(f"f{het.kind}", frozenset())
+        for b, holds in [("", ())] + [(b, holds) for b, (w, holds, _) in bins.items() if w == f"p{index}"]:
+            for kept, pattern in pool_patterns(het.shape, holds, mine):
+                if bool(kept) == bool(b):  # a bin's patterns keep one of its stayers at least; free ones none
+                    u = (f"p{index}", b, "+".join(map(str, kept)), "|".join("x".join(map(str, m)) for m in pattern))
+                    patterns.append(u)
+                    stays_in[u] = kept
+                    parts[u] = pattern
     K2L = [(node_id[k], d) for k, node in enumerate(nodes) if len(held.get(node.id, {})) > 1
            for d in cl.pools[cl.pool_of[k]].levels]
-    return _Names(labels, options_of, singles, slots, slot_comp, on_pool, multis, defs, counts, group_defs, takers,
-                  held, held_het, patterns, stays_in, parts, K2L)
+    return _Names(labels, options_of, singles, slots, slot_comp, on_kind, multis, defs, counts, group_defs, takers,
+                  held, bins, patterns, stays_in, parts, K2L)
 
 
 def build_pyomo(opts: JointOptions) -> pyo.ConcreteModel:
     """The same model in Pyomo, written constraint by constraint from the module docstring.
 
     It is written over the sets of `_names` (not from the arrays' rows, so that the two builds
-    check each other) and indexed by names: x[job id, option] (option_label), y[pool, class,
-    composition], z[e, pool], q[e, n], w[node id, d], u[pool, S, P]; (one) and (minspd) by job id, (demand) by
-    demand, (level) by (pool, d), (slots) as w, (node) by pool, (stay) by (pool, stay option),
-    (comp) by (pool, composition), (whole) by definition,
+    check each other) and indexed by names: x[job id, option] (option_label), y[kind, class,
+    composition], z[e, pool], q[e, n], w[node id, d], u[pool, bin, S, P]; (one) and (minspd) by job id,
+    (demand) by demand, (level) by (pool, d), (slots) as w, (node) by pool, (lone) by bin, (stay)
+    by (bin, position), (comp) by (kind, composition), (whole) by definition,
     (rack) by (group, n). The parameters a customization reads are goodput's, over the same
     (job id, option) pairs C: gpus[c] (a_c), nodes[c] (n_c), speedup[c] (s'_c), utility[c]
     (u_c); and U0[j] over J. `model.columns` lists x, y, z, q, w, u and t in the arrays' column order.
@@ -479,6 +518,7 @@ def build_pyomo(opts: JointOptions) -> pyo.ConcreteModel:
     cl, nm = opts.cluster, _names(opts)
     labels = nm.options
     pools = {f"p{p}": pool for p, pool in enumerate(cl.pools)}
+    kinds = {f"f{f}": kind for f, kind in enumerate(cl.kinds)}
     node_pool = {opts.round_input.cluster.nodes[k].id: f"p{p}" for k, p in cl.pool_of.items()}
     m = pyo.ConcreteModel(name="joint")
     m.J = pyo.Set(initialize=list(nm.options_of), ordered=True)
@@ -493,10 +533,12 @@ def build_pyomo(opts: JointOptions) -> pyo.ConcreteModel:
                    ordered=True)
     m.K2L = pyo.Set(dimen=2, initialize=nm.K2L, ordered=True)
     m.X = pyo.Set(initialize=[g for g, pool in pools.items() if not pool.homogeneous], ordered=True)
-    m.U = pyo.Set(dimen=3, initialize=nm.patterns, ordered=True)
-    m.XC = pyo.Set(dimen=3, initialize=[(g,) + c for g, held in nm.held_het.items() for c in held], ordered=True)
+    m.U = pyo.Set(dimen=4, initialize=nm.patterns, ordered=True)
+    m.BL = pyo.Set(initialize=[b for b, (_, holds, _) in nm.bins.items() if len(holds) > 1], ordered=True)
+    m.BI = pyo.Set(dimen=2, initialize=[(b, i) for b, (_, holds, _) in nm.bins.items() for i in range(len(holds))],
+                   ordered=True)
     m.XM = pyo.Set(dimen=2, initialize=sorted({(name[0], name[2]) for name in nm.slot_comp
-                                               if not pools[name[0]].homogeneous}), ordered=True)
+                                               if not kinds[name[0]].homogeneous}), ordered=True)
     m.gpus = pyo.Param(m.C, initialize=dict(zip(labels, opts.num_gpus.tolist())))
     m.nodes = pyo.Param(m.C, initialize=dict(zip(labels, opts.num_nodes.tolist())))
     m.speedup = pyo.Param(m.C, initialize=dict(zip(labels, opts.penalized_speedup.tolist())))
@@ -505,11 +547,12 @@ def build_pyomo(opts: JointOptions) -> pyo.ConcreteModel:
     size = {g: len(members) for g, members in _members(opts).items()}
     nodes_of = {e: sum(size[p] for p in members) for e, members in nm.defs.items()}
 
-    def y_most(m, g, cls, comp):
-        pool, m_s = pools[g], nm.slot_comp[g, cls, comp]
-        if pool.homogeneous:
-            return 0, size[g] * (pool.gpus_per_node // m_s[0])
-        return 0, min(len(members) // k for members, k in zip(pool.slices, m_s) if k)
+    def y_most(m, f, cls, comp):
+        kind, m_s = kinds[f], nm.slot_comp[f, cls, comp]
+        return 0, sum(size[f"p{p}"] for p in kind.pools) * min(n // k for n, k in zip(kind.shape, m_s) if k)
+
+    def u_most(m, g, b, stay, parts):
+        return 0, len(nm.bins[b][2]) if b else size[g]
 
     m.x = pyo.Var(m.C, domain=pyo.Binary)
     for c in pinned_stays(opts).tolist():  # (pin)
@@ -518,7 +561,7 @@ def build_pyomo(opts: JointOptions) -> pyo.ConcreteModel:
     m.z = pyo.Var(m.Z, domain=pyo.NonNegativeIntegers, bounds=lambda m, e, g: (0, size[g]))
     m.q = pyo.Var(m.Q, domain=pyo.NonNegativeIntegers, bounds=lambda m, e, n: (0, nodes_of[e] // n))
     m.w = pyo.Var(m.K2L, domain=pyo.NonNegativeIntegers)
-    m.u = pyo.Var(m.U, domain=pyo.Binary)
+    m.u = pyo.Var(m.U, domain=pyo.NonNegativeIntegers, bounds=u_most)
     skip = pyo.Constraint.Skip  # a row with no variable bounds nothing (and Pyomo refuses it)
 
     def one(m, j):
@@ -532,7 +575,8 @@ def build_pyomo(opts: JointOptions) -> pyo.ConcreteModel:
         K1 = [k for k in K if len(nm.held.get(k, {})) == 1]
         K2 = [k for k in K if len(nm.held.get(k, {})) > 1]
         G = pools[g].gpus_per_node
-        terms = ([sum(nm.slot_comp[s]) / d * m.y[s] for s in nm.on_pool.get(g, []) if sum(nm.slot_comp[s]) >= d]
+        terms = ([sum(nm.slot_comp[s]) / d * m.y[s] for s in nm.on_kind.get(f"f{pools[g].kind}", [])
+                  if sum(nm.slot_comp[s]) >= d]
                  + [G / d * m.z[e, g] for e in nm.takers.get(g, [])]
                  + [math.ceil(h / d) * m.x[c] for k in K1 for c, h in nm.held[k].items()]
                  + [-m.w[k, d] for k in K2])
@@ -543,15 +587,19 @@ def build_pyomo(opts: JointOptions) -> pyo.ConcreteModel:
 
     def node(m, g):
         terms = [m.u[u] for u in nm.patterns if u[0] == g] + [m.z[e, g] for e in nm.takers.get(g, [])]
-        return sum(terms) <= 1 if terms else skip
+        return sum(terms) <= size[g] if terms else skip
 
-    def stay(m, g, job, option):
-        return m.x[job, option] <= sum(m.u[u] for u in nm.patterns if u[0] == g and (job, option) in nm.stays_in[u])
+    def lone(m, b):
+        return sum(m.u[u] for u in nm.patterns if u[1] == b) <= 1
 
-    def comp(m, g, parts):
+    def stay(m, b, i):
+        return (sum(m.x[on_node[i]] for on_node in nm.bins[b][2])
+                <= sum(m.u[u] for u in nm.patterns if u[1] == b and i in nm.stays_in[u]))
+
+    def comp(m, f, parts):
         mc = tuple(int(k) for k in parts.split("x"))
-        return (sum(m.y[s] for s in nm.on_pool.get(g, []) if nm.slot_comp[s] == mc)
-                <= sum(nm.parts[u].count(mc) * m.u[u] for u in nm.patterns if u[0] == g))
+        return (sum(m.y[s] for s in nm.on_kind.get(f, []) if nm.slot_comp[s] == mc)
+                <= sum(nm.parts[u].count(mc) * m.u[u] for u in nm.patterns if pools[u[0]].kind == int(f[1:])))
 
     def whole(m, e):
         return sum(m.z[e, p] for p in nm.defs[e]) == sum(n * m.q[e, n] for n in nm.counts[e])
@@ -564,7 +612,8 @@ def build_pyomo(opts: JointOptions) -> pyo.ConcreteModel:
     m.level = pyo.Constraint(m.HL, rule=level)
     m.slots = pyo.Constraint(m.K2L, rule=slots)
     m.node = pyo.Constraint(m.X, rule=node)
-    m.stay = pyo.Constraint(m.XC, rule=stay)
+    m.lone = pyo.Constraint(m.BL, rule=lone)
+    m.stay = pyo.Constraint(m.BI, rule=stay)
     m.comp = pyo.Constraint(m.XM, rule=comp)
     m.whole = pyo.Constraint(m.E, rule=whole)
     m.rack = pyo.Constraint(m.R, rule=rack)

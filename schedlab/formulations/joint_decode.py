@@ -5,11 +5,13 @@ never fails; the verifier checks anyway.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from schedlab.errors import DecodeError
 from schedlab.formulations.joint_options import MULTI, SINGLE, STAY, JointOptions
-from schedlab.formulations.joint_structure import Structure, offsets
+from schedlab.formulations.joint_structure import Structure, offsets, part_counts
 from schedlab.formulations.options import job_allocations
 from schedlab.formulations.packing import NodeState
 from schedlab.state import GpuRef, JobAllocation
@@ -81,7 +83,9 @@ def _decode_multi(opts: JointOptions, st: Structure, counts: np.ndarray, picked:
 
 def _decode_singles(opts: JointOptions, st: Structure, counts: np.ndarray, picked: np.ndarray,
                     state: NodeState) -> dict[int, tuple[GpuRef, ...]]:
-    """The chosen single options' GPUs: each matched to a slot of its demand, then placed."""
+    """The chosen single options' GPUs: each matched to a slot of its demand, then placed: on the
+    tightest node of a homogeneous group, or on a heterogeneous node's part of its composition
+    (`_seats`)."""
     cl, nodes, jobs = opts.cluster, opts.round_input.cluster.nodes, opts.round_input.jobs
     at = offsets(opts, st)
     free_slots: dict[int, list[int]] = {}  # demand -> a slot per job it can take
@@ -94,19 +98,23 @@ def _decode_singles(opts: JointOptions, st: Structure, counts: np.ndarray, picke
         if not left:
             raise DecodeError(f"no slot left for job {jobs[opts.job[c]].id!r} ({opts.num_gpus[c]} GPUs)")
         placed.append((int(c), left.pop()))
+    seats = _seats(opts, st, counts, set(picked[opts.kind[picked] == STAY].tolist()), state)
     out = {}
     for c, s in sorted(placed, key=lambda cs: (-opts.slots[cs[1]].gpus, cs[0])):
         slot = opts.slots[s]
-        pool = cl.pools[slot.pool]
-        if pool.homogeneous:
-            single = state.take_shape(pool.nodes, 1, slot.gpus)
+        kind = cl.kinds[slot.kind]
+        if kind.homogeneous:
+            single = state.take_shape(cl.pools[kind.pools[0]].nodes, 1, slot.gpus)
             if single is None:
-                raise DecodeError(f"no room for job {jobs[opts.job[c]].id!r} ({slot.gpus} GPUs) in pool {slot.pool}")
+                raise DecodeError(f"no room for job {jobs[opts.job[c]].id!r} ({slot.gpus} GPUs) in kind {slot.kind}")
             out[c] = single
             continue
-        k = pool.nodes[0]
+        room = seats.get((slot.kind, slot.comp))
+        if not room:
+            raise DecodeError(f"no part {slot.comp} of kind {slot.kind} left for job {jobs[opts.job[c]].id!r}")
+        k = room.pop()
         indices: list[int] = []
-        for members, count in zip(pool.slices, slot.comp):
+        for members, count in zip(cl.slices_of[k], slot.comp):
             free = [i for i in state.free[k] if i in members][:count]
             if len(free) < count:
                 raise DecodeError(f"no room on node {nodes[k].id!r} for job {jobs[opts.job[c]].id!r}")
@@ -116,14 +124,58 @@ def _decode_singles(opts: JointOptions, st: Structure, counts: np.ndarray, picke
     return out
 
 
+def _seats(opts: JointOptions, st: Structure, counts: np.ndarray, staying: set[int],
+           state: NodeState) -> dict[tuple[int, tuple[int, ...]], list[int]]:
+    """(kind, composition) -> a node per part of that composition the point's patterns give.
+
+    Each node holding a staying job takes a pattern of its bin that keeps every such job
+    ((stay), (lone)); every other pattern counted, free or a bin's, takes a node of its pool
+    left whole by the stayers and the multi-node options ((node)).
+    """
+    cl, at = opts.cluster, offsets(opts, st)
+    free_of: dict[int, list[tuple[tuple[int, ...], ...]]] = {}  # pool -> its patterns to place
+    held_of: dict[int, list[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]]] = {}  # bin -> (S, P)s
+    for i in np.flatnonzero(counts[at.u: at.end]).tolist():
+        p, b, stay, pattern = st.u_cols[i]
+        if b < 0:
+            free_of.setdefault(p, []).extend([pattern] * int(counts[at.u + i]))
+        else:
+            held_of.setdefault(b, []).extend([(stay, pattern)] * int(counts[at.u + i]))
+    seats: dict[tuple[int, tuple[int, ...]], list[int]] = {}
+
+    def seat(k: int, pattern: tuple[tuple[int, ...], ...]) -> None:
+        for m in pattern:
+            seats.setdefault((cl.pools[cl.pool_of[k]].kind, m), []).append(k)
+
+    for b, bin_ in enumerate(st.bins):
+        mine = held_of.pop(b, [])
+        for k, on_node in zip(bin_.nodes, bin_.stayers):
+            kept = {i for i, c in enumerate(on_node) if c in staying}
+            if kept:
+                fit = next((x for x, (stay, _) in enumerate(mine) if kept <= set(stay)), None)
+                if fit is None:
+                    raise DecodeError(f"node {opts.round_input.cluster.nodes[k].id!r} has no pattern keeping its jobs")
+                seat(k, mine.pop(fit)[1])
+        free_of.setdefault(bin_.pool, []).extend(pattern for _, pattern in mine)
+    for p, patterns in free_of.items():
+        pool = cl.pools[p]
+        whole = [k for k in pool.nodes if len(state.free[k]) == pool.gpus_per_node]
+        if len(patterns) > len(whole):
+            raise DecodeError(f"pool {p} has {len(whole)} free nodes for {len(patterns)} patterns")
+        for k, pattern in zip(whole, patterns):
+            seat(k, pattern)
+    return seats
+
+
 def greedy_point(opts: JointOptions, st: Structure) -> np.ndarray:
     """A feasible point found greedily: the fallback when a solver has none.
 
     Running jobs whose GPUs are still free stay; then options are taken by the utility they add
     over U0, best first: a job not yet placed takes the option if it adds value and fits (a
-    single option in the first slot of its demand with room, on the tightest node of a
-    homogeneous pool; a multi option on empty whole nodes of the first definition of its group
-    with enough). The point's y, z and q count what was taken; w and t are left 0.
+    single option in the first slot of its demand with room, on the tightest node of its kind;
+    a multi option on empty whole nodes of the first definition of its group with enough). The
+    point's y, z and q count what was taken, u the pattern each heterogeneous node's jobs fit
+    (`_patterns_of`); w and t are left 0.
     """
     cl = opts.cluster
     at = offsets(opts, st)
@@ -144,6 +196,7 @@ def greedy_point(opts: JointOptions, st: Structure) -> np.ndarray:
     cursor = dict.fromkeys(slots_of, 0)  # a slot with no room now has none later: free GPUs only shrink
     z_of = {ep: at.z + i for i, ep in enumerate(st.z_cols)}
     q_of = {en: at.q + i for i, en in enumerate(st.q_cols)}
+    parts: dict[int, list[tuple[int, ...]]] = {}  # heterogeneous node -> the compositions placed on it
     gain = opts.utility - opts.U0[opts.job]
     for c in np.argsort(-gain, kind="stable"):
         j = int(opts.job[c])
@@ -169,29 +222,58 @@ def greedy_point(opts: JointOptions, st: Structure) -> np.ndarray:
             k, gpus = take
             free[k] -= gpus
             empty.used(k)
+            slot = opts.slots[mine[cursor[d]]]
+            if not cl.kinds[slot.kind].homogeneous:
+                parts.setdefault(k, []).append(slot.comp)
             point[y_of[mine[cursor[d]]]] += 1
         point[c] = 1.0
         placed.add(j)
+    for i in _patterns_of(opts, st, point, parts):
+        point[at.u + i] += 1
     return point
 
 
 def _room(opts: JointOptions, s: int, free: list[set[int]]) -> tuple[int, set[int]] | None:
-    """(node, GPUs) slot s would take from `free`, on the tightest node of its pool that fits; None if none."""
-    slot = opts.slots[s]
-    pool = opts.cluster.pools[slot.pool]
-    if pool.homogeneous:
-        fits = [(len(free[k]), k) for k in pool.nodes if len(free[k]) >= slot.gpus]
+    """(node, GPUs) slot s would take from `free`, on the tightest node of its kind that fits; None if none."""
+    cl, slot = opts.cluster, opts.slots[s]
+    kind = cl.kinds[slot.kind]
+    nodes = [k for p in kind.pools for k in cl.pools[p].nodes]
+    if kind.homogeneous:
+        fits = [(len(free[k]), k) for k in nodes if len(free[k]) >= slot.gpus]
         if not fits:
             return None
         k = min(fits)[1]
         return k, set(sorted(free[k])[: slot.gpus])
-    k, take = pool.nodes[0], set()
-    for members, count in zip(pool.slices, slot.comp):
-        avail = sorted(free[k] & set(members))
-        if len(avail) < count:
-            return None
-        take |= set(avail[:count])
-    return k, take
+    fits = [(len(free[k]), k) for k in nodes
+            if all(len(free[k] & set(members)) >= count for members, count in zip(cl.slices_of[k], slot.comp))]
+    if not fits:
+        return None
+    k = min(fits)[1]
+    return k, {i for members, count in zip(cl.slices_of[k], slot.comp) for i in sorted(free[k] & set(members))[:count]}
+
+
+def _patterns_of(opts: JointOptions, st: Structure, point: np.ndarray, parts: dict[int, list[tuple[int, ...]]]) -> list[int]:
+    """The u column of every heterogeneous node a point's jobs use: a pattern of its bin keeping
+    its staying jobs, or a free one of its pool, with at least the compositions placed on it
+    (`parts`). Every such set has one: it is part of a vector partition of what the stayers leave."""
+    cl = opts.cluster
+    staying = {i for i in np.flatnonzero(point[: opts.num_options] > 0.5).tolist() if opts.kind[i] == STAY}
+    columns: dict[tuple[int, int], list[int]] = {}  # (pool, bin) -> its u columns
+    for i, (p, b, _, _) in enumerate(st.u_cols):
+        columns.setdefault((p, b), []).append(i)
+    keeps: dict[int, tuple[int, set[int]]] = {}  # node -> (its bin, the positions staying)
+    for b, bin_ in enumerate(st.bins):
+        for k, on_node in zip(bin_.nodes, bin_.stayers):
+            kept = {i for i, c in enumerate(on_node) if c in staying}
+            if kept:
+                keeps[k] = (b, kept)
+    out = []
+    for k in sorted(set(parts) | set(keeps)):
+        b, kept = keeps.get(k, (-1, set()))
+        need = Counter(parts.get(k, ()))
+        out.append(next(i for i in columns[cl.pool_of[k], b] if kept <= set(st.u_cols[i][2])
+                        and all(dict(part_counts(st.u_cols[i][3])).get(m, 0) >= n for m, n in need.items())))
+    return out
 
 
 class _EmptyNodes:

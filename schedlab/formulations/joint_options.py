@@ -1,10 +1,12 @@
 """The joint round's options (C_j of joint.py's docstring) and the supply they draw on.
 
 The cluster as the joint model sees it (`joint_cluster`): each class's GPU slowdown factors
-grouped into tiers (`tiers`), nodes into pools (a homogeneous group of alike nodes, or one
-heterogeneous node and its slices) and the bandwidth scale of a spread within a rack and across
-racks. What a job may take is named by kind, not by node: a single option is a demand (d GPUs of
-a GPU type at a worst tier, `Demand`), served by the slots of every pool (`Slot`: y's columns);
+grouped into tiers (`tiers`), nodes into pools of alike nodes of a rack (a homogeneous group, or
+heterogeneous nodes with the same slices: GPUs of each signature), pools into kinds (`Kind`: a
+homogeneous group alone, the heterogeneous pools of one type, size and slices over all racks) and
+the bandwidth scale of a spread within a rack and across racks. What a job may take is named by
+kind, not by node: a single option is a demand (d GPUs of a GPU type at a worst tier, `Demand`),
+served by the slots of every kind of node (`Slot`: y's columns);
 a multi option is a group of multi-node definitions (`MultiGroup`, `Multi`: one per rack of a
 rack kind, or one over all racks). So a job has options per GPU type, size, tier and scope, not
 per node, and the model grows with the kinds of node (`enumerate_joint_options`). Every option
@@ -43,8 +45,8 @@ from schedlab.models.freezing import scaled_params
 from schedlab.state import BatchLimits, Cluster, GradStats, JobSpec, RoundInput, ThroughputParams, Topology
 from schedlab.topology import cluster_graph, spread_gbps
 
-__all__ = ["MULTI", "SINGLE", "STAY", "Demand", "JointCluster", "JointOptions", "Multi", "MultiGroup", "Pool", "Slot",
-           "compositions", "enumerate_joint_options", "joint_cluster", "tiers", "vector_partitions"]
+__all__ = ["MULTI", "SINGLE", "STAY", "Demand", "JointCluster", "JointOptions", "Kind", "Multi", "MultiGroup", "Pool", "Slot",
+           "enumerate_joint_options", "joint_cluster", "tiers", "vector_partitions"]
 
 SINGLE, MULTI, STAY = 0, 2, 3  # the kinds of option of joint.py's C_j
 
@@ -74,31 +76,37 @@ def tiers(values: list[float], tolerance: float) -> dict[float, float]:
 
 @dataclass(frozen=True)
 class Pool:
-    """A pool w of W = H u X: a homogeneous group of alike nodes, or one heterogeneous node.
+    """A pool w of W = H u X: alike nodes of one rack, each GPU of one signature (a homogeneous
+    group) or every node's GPUs of the same signatures in the same numbers (heterogeneous nodes of
+    one kind).
 
     Attributes
     ----------
     gpu_type, gpus_per_node, rack
         What its nodes share: GPU type, GPUs per node (G_g) and rack.
     nodes
-        K_w, its nodes' cluster indices (one for a heterogeneous node).
-    slices
-        Sl_k, the GPU indices of each signature; a homogeneous pool has one slice, every GPU.
+        K_w, its nodes' cluster indices.
+    shape
+        n_s, each slice's GPUs (a slice: a node's GPUs of one signature); a homogeneous pool has
+        one slice, every GPU. Which GPUs of a node make each slice: JointCluster.slices_of.
     signatures
         Per slice, the tier of every class in play (JointCluster.classes' order).
+    kind
+        Its kind, an index into JointCluster.kinds.
     """
 
     gpu_type: str
     gpus_per_node: int
     rack: str
     nodes: tuple[int, ...]  # cluster indices
-    slices: tuple[tuple[int, ...], ...]  # GPU indices of each signature (one slice if homogeneous)
+    shape: tuple[int, ...]  # GPUs of each slice (one slice if homogeneous)
     signatures: tuple[tuple[float, ...], ...]  # per slice: the tier of every class in play
+    kind: int
 
     @property
     def homogeneous(self) -> bool:
         """Whether every GPU of the pool is alike (one slice): a group of whole nodes."""
-        return len(self.slices) == 1
+        return len(self.shape) == 1
 
     @property
     def levels(self) -> tuple[int, ...]:
@@ -111,8 +119,29 @@ class Pool:
 
 
 @dataclass(frozen=True)
+class Kind:
+    """A kind of node f of F = H u Q (joint.py), what single-node slots are offered on: a homogeneous
+    group (a kind alone), or the heterogeneous pools of one GPU type, size and slices, over
+    every rack (a job on one node does not care which rack).
+
+    `pools` are its pools (one if homogeneous); the rest as Pool's.
+    """
+
+    gpu_type: str
+    gpus_per_node: int
+    shape: tuple[int, ...]
+    signatures: tuple[tuple[float, ...], ...]
+    pools: tuple[int, ...]
+
+    @property
+    def homogeneous(self) -> bool:
+        """Whether its GPUs are all alike: a homogeneous group."""
+        return len(self.shape) == 1
+
+
+@dataclass(frozen=True)
 class JointCluster:
-    """The round's cluster as the joint model sees it: classes in play, GPU tiers and pools.
+    """The round's cluster as the joint model sees it: classes in play, GPU tiers, pools and kinds.
 
     Attributes
     ----------
@@ -121,9 +150,14 @@ class JointCluster:
     gpu_tier
         (node index, GPU index) -> the GPU's signature, its tier in every class.
     pools
-        W: every heterogeneous node alone, in node order, then the homogeneous groups.
+        W: the heterogeneous pools, by their first node, then the homogeneous groups.
+    kinds
+        F: the heterogeneous kinds, by their first pool, then each homogeneous group alone.
     pool_of
         Node index -> its pool (nodes without GPUs have none).
+    slices_of
+        Per node index, the GPU indices of each slice of its pool, in the pool's slice order
+        (empty for a node without GPUs).
     rack_of
         Each node's rack id ("r0" without a topology).
     cross_rack_scale, rack_scale
@@ -137,7 +171,9 @@ class JointCluster:
     classes: tuple[str, ...]
     gpu_tier: dict[tuple[int, int], tuple[float, ...]]  # (node index, GPU) -> signature
     pools: tuple[Pool, ...]
+    kinds: tuple[Kind, ...]
     pool_of: dict[int, int]  # node index -> pool
+    slices_of: tuple[tuple[tuple[int, ...], ...], ...]  # node index -> GPU indices of each slice
     rack_of: tuple[str, ...]  # per node index
     cross_rack_scale: float  # B_ref / B of a spread over racks
     rack_scale: dict[str, float]  # B_ref / B of a spread within each rack
@@ -145,13 +181,15 @@ class JointCluster:
 
 
 def joint_cluster(cluster: Cluster, classes: tuple[str, ...], tier_tolerance: float) -> JointCluster:
-    """The cluster in tiers and pools for the variability classes in play (sorted).
+    """The cluster in tiers, pools and kinds for the variability classes in play (sorted).
 
     Each class's slowdown factors over every GPU are grouped into tiers (`tiers`, at
-    Settings.tier_tolerance); a GPU's signature is its tier in every class in play. Alike nodes
-    of one GPU type, size, rack and signature are one pool; a node whose GPUs differ is a pool
-    alone, one slice per signature. A spread within a rack is priced at the bottleneck joining
-    its first two nodes, a spread over racks at the one joining the first node of every rack.
+    Settings.tier_tolerance); a GPU's signature is its tier in every class in play, a node's
+    slices its GPUs of each signature. Nodes of one GPU type, size, rack and slices (signatures
+    and their GPU counts, wherever on the node) are one pool; the heterogeneous pools of one
+    GPU type, size and slices are one kind, a homogeneous group a kind alone. A spread within a
+    rack is priced at the bottleneck joining its first two nodes, a spread over racks at the one
+    joining the first node of every rack.
     """
     nodes, topo = cluster.nodes, cluster.topology or Topology()
     tier_of = [tiers([n.gpu_slowdown(k, c) for n in nodes for k in range(n.gpus)], tier_tolerance) for c in classes]
@@ -159,19 +197,27 @@ def joint_cluster(cluster: Cluster, classes: tuple[str, ...], tier_tolerance: fl
                 for i, n in enumerate(nodes) for k in range(n.gpus)}
     rack_by_node = {n: r.id for r in topo.racks for n in r.nodes}
     rack_of = tuple(rack_by_node.get(n.id, "r0") for n in nodes)
-    groups: dict[tuple, list[int]] = {}
-    pools: list[Pool] = []
+    slices_of: list[tuple[tuple[int, ...], ...]] = []
+    groups: dict[tuple, list[int]] = {}  # (GPU type, size, rack, signatures, shape) -> nodes
     for i, n in enumerate(nodes):
-        if n.gpus == 0:
-            continue
         sigs = sorted({gpu_tier[i, k] for k in range(n.gpus)})
-        slices = tuple(tuple(k for k in range(n.gpus) if gpu_tier[i, k] == s) for s in sigs)
-        if len(sigs) == 1:
-            groups.setdefault((n.gpu_type, n.gpus, rack_of[i], sigs[0]), []).append(i)
-        else:
-            pools.append(Pool(n.gpu_type, n.gpus, rack_of[i], (i,), slices, tuple(sigs)))
-    for (gpu_type, g, rack, sig), members in sorted(groups.items()):
-        pools.append(Pool(gpu_type, g, rack, tuple(members), (tuple(range(g)),), (sig,)))
+        slices_of.append(tuple(tuple(k for k in range(n.gpus) if gpu_tier[i, k] == s) for s in sigs))
+        if n.gpus:
+            groups.setdefault((n.gpu_type, n.gpus, rack_of[i], tuple(sigs), tuple(map(len, slices_of[i]))), []).append(i)
+    het = [key for key in groups if len(key[3]) > 1]  # by first node
+    hom = sorted(key for key in groups if len(key[3]) == 1)
+    kind_of: dict[tuple, int] = {}
+    for gpu_type, g, _, sigs, shape in het:
+        kind_of.setdefault((gpu_type, g, sigs, shape), len(kind_of))
+    for key in hom:  # each homogeneous group a kind alone
+        kind_of[key] = len(kind_of)
+    pools = tuple(Pool(gpu_type, g, rack, tuple(groups[key]), shape, sigs, kind_of[key if len(sigs) == 1 else key[:2] + key[3:]])
+                  for key in het + hom for gpu_type, g, rack, sigs, shape in [key])
+    members: dict[int, list[int]] = {}
+    for p, pool in enumerate(pools):
+        members.setdefault(pool.kind, []).append(p)
+    kinds = tuple(Kind(pools[ps[0]].gpu_type, pools[ps[0]].gpus_per_node, pools[ps[0]].shape, pools[ps[0]].signatures,
+                       tuple(ps)) for _, ps in sorted(members.items()))
     graph = cluster_graph(cluster)
     ref = topo.node_gbps
     by_rack: dict[str, list[str]] = {}
@@ -181,8 +227,8 @@ def joint_cluster(cluster: Cluster, classes: tuple[str, ...], tier_tolerance: fl
                   for r, ids in by_rack.items()}
     firsts = [ids[0] for ids in by_rack.values()]
     cross = ref / min(spread_gbps(cluster, firsts, graph), ref) if len(firsts) > 1 else 1.0
-    return JointCluster(classes, gpu_tier, tuple(pools), {k: p for p, pool in enumerate(pools) for k in pool.nodes},
-                   rack_of, cross, rack_scale, topo.across_node_factor)
+    return JointCluster(classes, gpu_tier, pools, kinds, {k: p for p, pool in enumerate(pools) for k in pool.nodes},
+                        tuple(slices_of), rack_of, cross, rack_scale, topo.across_node_factor)
 
 
 @dataclass(frozen=True)
@@ -198,11 +244,11 @@ class Demand:
 
 @dataclass(frozen=True)
 class Slot:
-    """A column of y (joint.py): one job of class `cls` on a node of pool `pool`, taking `comp`
-    GPUs of each of its slices (a homogeneous pool has one slice: a chain size); it serves
-    `demand`; `most`, y's upper bound: as many as the pool holds (joint.py's Variables)."""
+    """A column of y (joint.py): one job of class `cls` on a node of kind `kind`, taking `comp`
+    GPUs of each of its slices (a homogeneous group has one slice: a chain size); it serves
+    `demand`; `most`, y's upper bound: as many as the kind's nodes hold (joint.py's Variables)."""
 
-    pool: int
+    kind: int
     cls: int
     comp: tuple[int, ...]
     demand: int
@@ -334,15 +380,6 @@ class JointOptions(OptionCounts):
         return replace(self, **rows, stay_gpus={j: g for j, g in self.stay_gpus.items() if j in kept})
 
 
-def compositions(pool: Pool) -> list[tuple[int, ...]]:
-    """Every count vector m over a heterogeneous node's slices, m_s in 0..n_ks, with a total >= 1.
-
-    Any total is allowed: the node is its own bin, so no size chain is needed, and 3 fast GPUs
-    beside a slow one make a 3-GPU job.
-    """
-    return [m for m in itertools.product(*(range(len(s) + 1) for s in pool.slices)) if sum(m)]
-
-
 @cache
 def vector_partitions(total: tuple[int, ...]) -> tuple[tuple[tuple[int, ...], ...], ...]:
     """Every multiset of nonzero count vectors summing to `total`, each as its parts in
@@ -369,18 +406,18 @@ def vector_partitions(total: tuple[int, ...]) -> tuple[tuple[tuple[int, ...], ..
 
 
 def _supply(cl: JointCluster) -> tuple[tuple[Demand, ...], tuple[Slot, ...]]:
-    """D and every slot: for every class in play, every pool and composition, the demand it serves
-    (its GPU type, size and worst tier for the class)."""
+    """D and every slot: for every class in play, every kind of node and composition, the demand
+    it serves (its GPU type, size and worst tier for the class)."""
     index: dict[Demand, int] = {}
     slots = []
     for a in range(len(cl.classes)):
-        for p, pool in enumerate(cl.pools):
-            sizes = tuple(len(members) for members in pool.slices)
-            for m, tau in _comp_tiers(pool.signatures, sizes, pool.levels if pool.homogeneous else (), a):
-                demand = Demand(a, pool.gpu_type, sum(m), tau)
-                most = (len(pool.nodes) * (pool.gpus_per_node // m[0]) if pool.homogeneous
-                        else min(n // k for n, k in zip(sizes, m) if k))
-                slots.append(Slot(p, a, m, index.setdefault(demand, len(index)), most))
+        for f, kind in enumerate(cl.kinds):
+            nodes = sum(len(cl.pools[p].nodes) for p in kind.pools)
+            levels = chain_levels(kind.gpus_per_node) if kind.homogeneous else ()
+            for m, tau in _comp_tiers(kind.signatures, kind.shape, levels, a):
+                demand = Demand(a, kind.gpu_type, sum(m), tau)
+                most = nodes * min(n // k for n, k in zip(kind.shape, m) if k)
+                slots.append(Slot(f, a, m, index.setdefault(demand, len(index)), most))
     return tuple(index), tuple(slots)
 
 

@@ -1,8 +1,9 @@
 """The joint round's index sets (joint.py's docstring), shared by its arrays, its decoding and its greedy.
 
-`structure` finds them in the options: the stayers of each node, the demands, slots,
-definitions and counts some option uses, and the patterns of every heterogeneous node
-(`pool_patterns`: Pi_k, the ways its stayers, new jobs and a whole-node taker can share it out).
+`structure` finds them in the options: the stayers of each node, the bins of the heterogeneous
+pools' nodes running jobs (`Bin`), the demands, slots, definitions and counts some option uses,
+and the patterns of every heterogeneous pool (`pool_patterns`: Pi_w, the ways its nodes' running
+jobs and new jobs can share one out).
 `offsets` says where each block of columns starts in the array layout.
 """
 
@@ -13,32 +14,51 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 
-from schedlab.formulations.joint_options import MULTI, SINGLE, JointOptions, Pool, vector_partitions
+from schedlab.formulations.joint_options import MULTI, SINGLE, JointOptions, vector_partitions
 
-__all__ = ["Offsets", "Structure", "offsets", "part_counts", "pool_patterns", "structure"]
+__all__ = ["Bin", "Offsets", "Structure", "offsets", "part_counts", "pool_patterns", "structure"]
+
+
+@dataclass(frozen=True)
+class Bin:
+    """Nodes of a heterogeneous pool that running jobs hold alike (B_w of joint.py): the nodes with
+    one stay option holding h GPUs per slice, or a node with several alone. Position i of a bin
+    is a stayer of each of its nodes, each holding `holds[i]`."""
+
+    pool: int
+    nodes: tuple[int, ...]  # cluster indices
+    holds: tuple[tuple[int, ...], ...]  # h_i, per position: GPUs held on each slice
+    stayers: tuple[tuple[int, ...], ...]  # per node: its stay option at each position
+
+    @property
+    def lone(self) -> bool:
+        """Whether it is one node with several stayers, which takes one pattern at most ((lone))."""
+        return len(self.holds) > 1
 
 
 @dataclass(frozen=True)
 class Structure:
     """joint.py's index sets, as the arrays, decode and the greedy index them.
 
-    Indices are positions: options c, cluster node indices k, pools p, slices s, slots (into
-    JointOptions.slots), definitions e (into JointOptions.multi), groups (into JointOptions.groups).
-    Only the demands, slots, definitions and counts some option uses get rows and columns. The
-    Pyomo twin finds its own sets from the options (joint.py's `_names`), so that the two builds check each other.
+    Indices are positions: options c, cluster node indices k, pools p, kinds f, slices s, slots
+    (into JointOptions.slots), definitions e (into JointOptions.multi), groups (into
+    JointOptions.groups), bins b (into `bins`). Only the demands, slots, definitions and counts
+    some option uses get rows and columns. The Pyomo twin finds its own sets from the options
+    (joint.py's `_names`), so that the two builds check each other.
     """
 
     single_stayer: dict[int, tuple[int, int]]  # homogeneous node k in K1 -> (stay option, h_kc)
     multi_stayer: dict[int, list[tuple[int, int]]]  # homogeneous node k in K2 -> [(c, h_kc)]
-    het_stayers: dict[int, dict[int, tuple[int, ...]]]  # heterogeneous pool -> stay option -> h_kc.
+    bins: tuple[Bin, ...]  # of every heterogeneous pool with running jobs
     demands: tuple[int, ...]  # the demands some single option names, in (demand) row order
     y_cols: tuple[int, ...]  # slot of every y, in column order
     z_cols: tuple[tuple[int, int], ...]  # (definition, pool) of every z, in column order
     q_cols: tuple[tuple[int, int], ...]  # (definition, n) of every q, in column order
     rack_rows: tuple[tuple[int, int], ...]  # (group, n) of every (rack) row
     w_cols: tuple[tuple[int, int], ...]  # (node, level) of every w, in column order
-    u_cols: tuple[tuple[int, tuple[int, ...], tuple[tuple[int, ...], ...]], ...]  # (pool, S, P) of every u
-    comp_rows: tuple[tuple[int, tuple[int, ...]], ...]  # (pool, m) of every (comp) row
+    # (pool, bin (-1: a free pattern), S as positions of the bin, P) of every u
+    u_cols: tuple[tuple[int, int, tuple[int, ...], tuple[tuple[int, ...], ...]], ...]
+    comp_rows: tuple[tuple[int, tuple[int, ...]], ...]  # (kind, m) of every (comp) row
 
     @property
     def num_cols(self) -> int:
@@ -50,22 +70,22 @@ def structure(opts: JointOptions) -> Structure:
     """joint.py's index sets of the options.
 
     A homogeneous node held by one stay option is in K1, by several in K2 (which gets w_kd
-    slots for every level d); a heterogeneous node's stayers are counted per slice (h_kcs). y has
-    a column per slot of a demand some single option names; z per (definition, pool) and q per
-    (definition, n) of the groups and counts some multi option names; u per pattern of a
-    heterogeneous node (`pool_patterns`).
+    slots for every level d); the held nodes of a heterogeneous pool are binned (`Bin`: by what
+    their one stayer holds per slice, or alone). y has a column per slot of a demand some single
+    option names; z per (definition, pool) and q per (definition, n) of the groups and counts
+    some multi option names; u per pattern of a heterogeneous pool: the free ones, then each
+    bin's (`pool_patterns`).
     """
     cl = opts.cluster
     holders: dict[int, list[tuple[int, int]]] = {}
-    het_stayers: dict[int, dict[int, tuple[int, ...]]] = {}
+    het_held: dict[int, dict[int, tuple[int, ...]]] = {}  # heterogeneous node -> stay option -> h_kc.
     for j, held in opts.stay_gpus.items():
         c = opts.stay_option(j)
         for k, gpus in held.items():
-            pool = cl.pools[cl.pool_of[k]]
-            if pool.homogeneous:
+            if cl.pools[cl.pool_of[k]].homogeneous:
                 holders.setdefault(k, []).append((c, len(gpus)))
             else:
-                het_stayers.setdefault(cl.pool_of[k], {})[c] = tuple(len(set(gpus) & set(m)) for m in pool.slices)
+                het_held.setdefault(k, {})[c] = tuple(len(set(gpus) & set(m)) for m in cl.slices_of[k])
     single, multi = opts.kind == SINGLE, opts.kind == MULTI
     demands = tuple(sorted(set(opts.ref[single].tolist())))
     wanted = set(demands)
@@ -81,31 +101,47 @@ def structure(opts: JointOptions) -> Structure:
     w_cols = tuple((k, d) for k in sorted(multi_stayer) for d in cl.pools[cl.pool_of[k]].levels)
     used: dict[int, set[tuple[int, ...]]] = {}
     for i in y_cols:
-        if not cl.pools[opts.slots[i].pool].homogeneous:
-            used.setdefault(opts.slots[i].pool, set()).add(opts.slots[i].comp)
-    u_cols = tuple((p, stay, pattern) for p, pool in enumerate(cl.pools) if not pool.homogeneous
-                   for stay, pattern in pool_patterns(pool, het_stayers.get(p, {}), used.get(p, set())))
-    comp_rows = tuple((p, m) for p in sorted(used) for m in sorted(used[p]))
-    return Structure({k: hs[0] for k, hs in holders.items() if len(hs) == 1}, multi_stayer, het_stayers,
-                     demands, y_cols, z_cols, q_cols, rack_rows, w_cols, u_cols, comp_rows)
+        slot = opts.slots[i]
+        if not cl.kinds[slot.kind].homogeneous:
+            used.setdefault(slot.kind, set()).add(slot.comp)
+    bins = _bins(cl.pool_of, het_held)
+    bins_of: dict[int, list[int]] = {}
+    for b, bin_ in enumerate(bins):
+        bins_of.setdefault(bin_.pool, []).append(b)
+    u_cols = []
+    for p, pool in enumerate(cl.pools):
+        if pool.homogeneous:
+            continue
+        mine = frozenset(used.get(pool.kind, ()))
+        u_cols += [(p, -1, stay, pattern) for stay, pattern in pool_patterns(pool.shape, (), mine)]
+        u_cols += [(p, b, stay, pattern) for b in bins_of.get(p, ())
+                   for stay, pattern in pool_patterns(pool.shape, bins[b].holds, mine) if stay]
+    comp_rows = tuple((f, m) for f in sorted(used) for m in sorted(used[f]))
+    return Structure({k: hs[0] for k, hs in holders.items() if len(hs) == 1}, multi_stayer, bins,
+                     demands, y_cols, z_cols, q_cols, rack_rows, w_cols, tuple(u_cols), comp_rows)
 
 
-def pool_patterns(pool: Pool, stayers: dict[int, tuple[int, ...]], used: set[tuple[int, ...]]
-              ) -> list[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]]:
-    """The patterns (S, P) of a heterogeneous node: S a set of its stay options, P the parts of a
-    vector partition of the GPUs they leave (`vector_partitions`), only the parts in `used`
-    kept (the others serve no slot), and of the P of one S only the maximal ones."""
-    order = sorted(stayers)
-    shape = tuple(len(members) for members in pool.slices)
-    return [(tuple(order[i] for i in stay), pattern)
-            for stay, pattern in _node_patterns(shape, tuple(stayers[c] for c in order), frozenset(used))]
+def _bins(pool_of: dict[int, int], held: dict[int, dict[int, tuple[int, ...]]]) -> tuple[Bin, ...]:
+    """The bins of the held heterogeneous nodes (`Bin`), by pool and first node."""
+    alike: dict[tuple[int, tuple[int, ...]], list[int]] = {}  # (pool, h) -> nodes with one stayer holding h
+    bins = []
+    for k in sorted(held):
+        if len(held[k]) == 1:
+            alike.setdefault((pool_of[k], next(iter(held[k].values()))), []).append(k)
+        else:
+            order = sorted(held[k])
+            bins.append(Bin(pool_of[k], (k,), tuple(held[k][c] for c in order), (tuple(order),)))
+    bins += [Bin(p, tuple(nodes), (h,), tuple((next(iter(held[k])),) for k in nodes)) for (p, h), nodes in alike.items()]
+    return tuple(sorted(bins, key=lambda b: (b.pool, b.nodes[0])))
 
 
 @cache
-def _node_patterns(shape: tuple[int, ...], holds: tuple[tuple[int, ...], ...], used: frozenset[tuple[int, ...]]
-                   ) -> tuple[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]], ...]:
-    """`pool_patterns` of a node of slices `shape` whose stayers hold `holds`, stayers by position:
-    alike nodes share one enumeration."""
+def pool_patterns(shape: tuple[int, ...], holds: tuple[tuple[int, ...], ...], used: frozenset[tuple[int, ...]]
+                  ) -> tuple[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]], ...]:
+    """The patterns (S, P) of a node of slices `shape` whose stayers, by position, hold `holds`:
+    S a set of positions, P the parts of a vector partition of the GPUs they leave
+    (`vector_partitions`), only the parts in `used` kept (the others serve no slot), and of the
+    P of one S only the maximal ones. Alike nodes share one enumeration."""
     out = []
     for size in range(len(holds) + 1):
         for stay in itertools.combinations(range(len(holds)), size):
