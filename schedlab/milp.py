@@ -55,6 +55,10 @@ class MilpArrays:
     duals are free. The solver sets them, block by block, to the least values that keep those
     columns dual feasible, the prices at which deferred columns with negative coefficients in
     them look best. A column meets a block in one row at most.
+
+    `one_rows` are rows "at most one of these binary columns" (a job's choice of options), no
+    column in two of them: a relaxation may start from the basis in which each takes its best
+    column (solvers.highs_direct), None for none.
     """
 
     c: np.ndarray
@@ -69,6 +73,7 @@ class MilpArrays:
     choice: np.ndarray | None = None
     defer: np.ndarray | None = None
     least_dual_rows: tuple[np.ndarray, ...] = ()
+    one_rows: np.ndarray | None = None
 
     @property
     def num_cols(self) -> int:
