@@ -58,7 +58,8 @@ class MilpArrays:
 
     `one_rows` are rows "at most one of these binary columns" (a job's choice of options), no
     column in two of them: a relaxation may start from the basis in which each takes its best
-    column (solvers.highs_direct), None for none.
+    column (solvers.highs_direct), None for none. `scaled` False asks for the relaxation
+    without the solver's scaling, where the formulation measured it to slow the simplex.
     """
 
     c: np.ndarray
@@ -74,6 +75,7 @@ class MilpArrays:
     defer: np.ndarray | None = None
     least_dual_rows: tuple[np.ndarray, ...] = ()
     one_rows: np.ndarray | None = None
+    scaled: bool = True
 
     @property
     def num_cols(self) -> int:
