@@ -8,7 +8,8 @@ fraction of the time its MIP search takes to prove the same point. So (`lp_first
   3. otherwise, for a model whose columns name their jobs (`choice`), solve the MIP over a
      neighbourhood only: the fractional jobs, the auxiliary
      columns (slots, t) and the `size` jobs whose cheapest alternative option costs the LP
-     least (its reduced cost), every other job fixed at its LP choice. A point within
+     least (its reduced cost), every other job fixed at its LP choice, a search of
+     RESTRICTED_MAX_NODES branch-and-bound nodes at most. A point within
      `mip_gap` of the LP bound is optimal at that gap (the bound is the whole model's);
      otherwise the neighbourhood grows (NEIGHBOURHOODS, while it frees at most half the
      model), then the units beside the fractional columns (in the rows they lie in) and, past
@@ -115,6 +116,13 @@ ADJACENT_PER_ROW = 16  # the last neighbourhood: units freed per row a fractiona
 # two: with presolve 1,806 ms, without 1,368 ms; presolve wins below ~1,000 free columns
 # (8 against 17 ms at 719), loses above (352 against 208 ms at 1,314; 113 against 103 at 2,170).
 RESTRICTED_PRESOLVE_MAX_COLS = 1_200
+# A restricted MIP is a search near the LP point, not a proof of the round: it stops after this
+# many branch-and-bound nodes with its best point. Those of the benchmarks and the Pollux
+# artifact's replays took 13 nodes at most; in the largest rounds of the Philly trace (340-430
+# jobs on 512 nodes) the 128-job neighbourhood took 4,500-8,300 nodes and 7-10 s, where the
+# units beside the fractional columns and the full MIP after it proved the round in 0.03-1 s
+# (9 such rounds of day 29: 28.7 -> 3.8 s; that day's replay 41 -> 16 s).
+RESTRICTED_MAX_NODES = 100
 
 
 def solve_highs(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: int = 0,
@@ -471,7 +479,7 @@ def _run_restricted(model: MilpArrays, time_limit_s: float, mip_gap: float, seed
                        col_lo=model.col_lo[free], col_hi=model.col_hi[free], integer=model.integer[free],
                        start=None if model.start is None else model.start[free])
     found = _run(small, small.integer, time_limit_s, mip_gap, seed, presolve=small.num_cols < RESTRICTED_PRESOLVE_MAX_COLS,
-                 options=options)
+                 options=(("mip_max_nodes", RESTRICTED_MAX_NODES),) + tuple(options))
     if found.values is None:
         return found
     values = fixed.copy()
