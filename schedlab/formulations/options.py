@@ -534,16 +534,25 @@ def prune_dominated(job: np.ndarray, group: np.ndarray, num_gpus: np.ndarray, va
     (group -1) hold specific GPUs and are always kept. Removing dominated options cannot
     change the optimum (any solution using one stays feasible and no worse with the smaller).
     """
-    if not len(job):
+    n = len(job)
+    if not n:
         return np.ones(0, dtype=bool)
-    order = np.lexsort((num_gpus, group, job))
-    segment = np.r_[0, np.cumsum((np.diff(job[order]) != 0) | (np.diff(group[order]) != 0))]
-    # A running max per (job, group) segment: dense ranks of the values, shifted so that every
-    # segment ranks above the ones before it; one cumulative max then never crosses a segment.
-    rank = np.unique(np.asarray(value, dtype=float)[order], return_inverse=True)[1].ravel() + segment * len(job)
-    before = np.r_[-1, np.maximum.accumulate(rank)[:-1]]  # best of the smaller shapes (or a previous segment)
-    keep = np.ones(len(job), dtype=bool)
-    keep[order] = (group[order] < 0) | (rank > before)
+    step_job, step_group, step_gpus = np.diff(job), np.diff(group), np.diff(num_gpus)
+    ordered = ((step_job > 0) | (step_job == 0) & ((step_group > 0) | (step_group == 0) & (step_gpus >= 0))).all()
+    order = np.arange(n) if ordered else np.lexsort((num_gpus, group, job))  # options come so, from both formulations
+    v = np.asarray(value, dtype=float)[order]
+    first = np.r_[True, (np.diff(job[order]) != 0) | (np.diff(group[order]) != 0)]
+    # the best of the smaller shapes of each option's (job, group): a running max, position by position
+    before = np.full(n, -np.inf)
+    at = np.flatnonzero(first)
+    while True:
+        at = at[at + 1 < n] + 1
+        at = at[~first[at]]  # the options one position further into their (job, group)
+        if not len(at):
+            break
+        before[at] = np.maximum(before[at - 1], v[at - 1])
+    keep = np.ones(n, dtype=bool)
+    keep[order] = (group[order] < 0) | first | (v > before)
     return keep
 
 
