@@ -28,6 +28,7 @@ from schedlab.formulations.options import (
     chain_levels,
     dense_ids,
     distinct_rows,
+    distinct_values,
     fair_shapes,
     field_values,
     model_index,
@@ -531,8 +532,8 @@ def _value(jobs: tuple[JobSpec, ...], job: np.ndarray, gpu_type: np.ndarray, nod
     (models.efficiency.best_batch_shared), the parameters scaled as joint.py's docstring says
     (first by c and s, as scaled_params); each row's gradient statistics value it.
     """
-    types, type_of = np.unique(gpu_type, return_inverse=True)
-    models, model = model_index(jobs, types.tolist(), job, type_of.ravel())
+    types, type_of = distinct_values(gpu_type)
+    models, model = model_index(jobs, types.tolist(), job, type_of)
     fixed = np.array([key[2] for key in models], dtype=float)[model]
     # a shape: one model (the jobs of one application on one GPU type) at one size and scaling
     shapes, shape = distinct_rows([model, nodes, gpus] + [dense_ids(col) for col in (tau, sync, spread) + (frozen or ())])
@@ -589,9 +590,9 @@ def _undominated(o: JointOptions, util: np.ndarray) -> np.ndarray:
     single = np.flatnonzero(o.kind == SINGLE)
     if not len(single):
         return keep
-    types, type_of = np.unique(o.gpu_type[single], return_inverse=True)
+    types, type_of = distinct_values(o.gpu_type[single])
     taus, tier_of = np.unique(o.tau[single], return_inverse=True)
-    types, type_of, tier_of = types.tolist(), type_of.ravel(), tier_of.ravel()
+    types, tier_of = types.tolist(), tier_of.ravel()
     d = o.num_gpus[single]
     value = np.full((o.num_jobs, len(types), len(taus), int(d.max()) + 1), -np.inf)
     value[o.job[single], type_of, tier_of, d] = util[single]

@@ -70,6 +70,7 @@ from schedlab.models.freezing import scaled_params
 from schedlab.state import BatchLimits, Cluster, GpuRef, GradStats, JobAllocation, JobSpec, RoundInput, Settings, ThroughputParams
 
 __all__ = ["NodeGroup", "OptionColumns", "OptionCounts", "OptionSet", "chain_levels", "dense_ids", "distinct_rows",
+           "distinct_values",
            "enumerate_options", "fair_shapes", "field_values", "group_shapes", "item_sizes", "job_allocations",
            "model_key", "model_table", "multi_node_counts", "placeable_gpus",
            "node_groups", "option_best_batch", "option_goodput", "pinned_stays", "prune_dominated", "restart_cost_s",
@@ -493,6 +494,15 @@ def model_index(jobs: tuple[JobSpec, ...], types: tuple[str, ...] | list[str], j
 def model_table(models: dict[tuple, int], part: int, cls: type) -> np.ndarray:
     """One part of every model key (model_key) as a table, a row per model, a column per field of `cls`."""
     return np.array([key[part] for key in models]).reshape(len(models), len(dataclasses.fields(cls)))
+
+
+def distinct_values(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(values, return_inverse=True), flat, without sorting where every value is the
+    same (a cluster of one GPU type: sorting 100,000 type names took 4 ms of a 2,048-GPU round)."""
+    if len(values) and (values == values[0]).all():
+        return values[:1], np.zeros(len(values), dtype=np.intp)
+    distinct, inverse = np.unique(values, return_inverse=True)
+    return distinct, inverse.ravel()
 
 
 def dense_ids(values: np.ndarray) -> np.ndarray:
