@@ -121,7 +121,7 @@ RESTRICTED_PRESOLVE_MAX_COLS = 1_200
 # artifact's replays took 13 nodes at most; in the largest rounds of the Philly trace (340-430
 # jobs on 512 nodes) the 128-job neighbourhood took 4,500-8,300 nodes and 7-10 s, where the
 # units beside the fractional columns and the full MIP after it proved the round in 0.03-1 s
-# (9 such rounds of day 29: 28.7 -> 3.8 s; that day's replay 41 -> 16 s).
+# (9 such rounds of day 29: 28.7 -> 3.8 s; that day's replay 27.0 -> 15.8 s, medians of 3 paired runs).
 RESTRICTED_MAX_NODES = 100
 
 
