@@ -436,6 +436,7 @@ def _names(opts: JointOptions) -> _Names:
     """The docstring's sets over names (`_Names`), from the options and the cluster's pools."""
     cl, jobs, nodes = opts.cluster, opts.round_input.jobs, opts.round_input.cluster.nodes
     labels = [option_label(opts, c) for c in range(opts.num_options)]
+    column = {label: c for c, label in enumerate(labels)}
     node_id = [node.id for node in nodes]
     options_of: dict[str, list[tuple[str, str]]] = {job.id: [] for job in jobs}
     for label in labels:
@@ -480,7 +481,7 @@ def _names(opts: JointOptions) -> _Names:
     bins: dict[str, tuple[str, tuple[tuple[int, ...], ...], list[list[tuple[str, str]]]]] = {}
     alike: dict[tuple[int, tuple[int, ...]], str] = {}  # (pool, h) -> the bin of its nodes with one stayer
     for k in sorted(held_het):
-        stays = sorted(held_het[k], key=labels.index)  # positions in column order
+        stays = sorted(held_het[k], key=column.__getitem__)  # positions in column order
         if len(stays) > 1:
             bins[f"b{node_id[k]}"] = (f"p{cl.pool_of[k]}", tuple(held_het[k][c] for c in stays), [stays])
             continue

@@ -147,16 +147,14 @@ def _seats(opts: JointOptions, st: Structure, counts: np.ndarray, staying: set[i
         for m in pattern:
             seats.setdefault((cl.pools[cl.pool_of[k]].kind, m), []).append(k)
 
-    for b, bin_ in enumerate(st.bins):
-        mine = held_of.pop(b, [])
-        for k, on_node in zip(bin_.nodes, bin_.stayers):
-            kept = {i for i, c in enumerate(on_node) if c in staying}
-            if kept:
-                fit = next((x for x, (stay, _) in enumerate(mine) if kept <= set(stay)), None)
-                if fit is None:
-                    raise DecodeError(f"node {opts.round_input.cluster.nodes[k].id!r} has no pattern keeping its jobs")
-                seat(k, mine.pop(fit)[1])
-        free_of.setdefault(bin_.pool, []).extend(pattern for _, pattern in mine)
+    for k, (b, kept) in _kept_positions(st, staying).items():
+        mine = held_of.setdefault(b, [])
+        fit = next((x for x, (stay, _) in enumerate(mine) if kept <= set(stay)), None)
+        if fit is None:
+            raise DecodeError(f"node {opts.round_input.cluster.nodes[k].id!r} has no pattern keeping its jobs")
+        seat(k, mine.pop(fit)[1])
+    for b, left in held_of.items():
+        free_of.setdefault(st.bins[b].pool, []).extend(pattern for _, pattern in left)
     for p, patterns in free_of.items():
         pool = cl.pools[p]
         whole = [k for k in pool.nodes if len(state.free[k]) == pool.gpus_per_node]
@@ -165,6 +163,18 @@ def _seats(opts: JointOptions, st: Structure, counts: np.ndarray, staying: set[i
         for k, pattern in zip(whole, patterns):
             seat(k, pattern)
     return seats
+
+
+def _kept_positions(st: Structure, staying: set[int]) -> dict[int, tuple[int, set[int]]]:
+    """Each heterogeneous node keeping some of its running jobs (stay options in `staying`) ->
+    its bin and the positions of the jobs it keeps, in bin order."""
+    out = {}
+    for b, bin_ in enumerate(st.bins):
+        for k, on_node in zip(bin_.nodes, bin_.stayers):
+            kept = {i for i, c in enumerate(on_node) if c in staying}
+            if kept:
+                out[k] = (b, kept)
+    return out
 
 
 def greedy_point(opts: JointOptions, st: Structure) -> np.ndarray:
@@ -234,16 +244,10 @@ def greedy_point(opts: JointOptions, st: Structure) -> np.ndarray:
 
 
 def _room(opts: JointOptions, s: int, free: list[set[int]]) -> tuple[int, set[int]] | None:
-    """(node, GPUs) slot s would take from `free`, on the tightest node of its kind that fits; None if none."""
+    """(node, GPUs) slot s would take from `free`, on the tightest node of its kind that fits (its
+    composition's GPUs of each slice; a homogeneous node has one slice); None if none."""
     cl, slot = opts.cluster, opts.slots[s]
-    kind = cl.kinds[slot.kind]
-    nodes = [k for p in kind.pools for k in cl.pools[p].nodes]
-    if kind.homogeneous:
-        fits = [(len(free[k]), k) for k in nodes if len(free[k]) >= slot.gpus]
-        if not fits:
-            return None
-        k = min(fits)[1]
-        return k, set(sorted(free[k])[: slot.gpus])
+    nodes = [k for p in cl.kinds[slot.kind].pools for k in cl.pools[p].nodes]
     fits = [(len(free[k]), k) for k in nodes
             if all(len(free[k] & set(members)) >= count for members, count in zip(cl.slices_of[k], slot.comp))]
     if not fits:
@@ -261,12 +265,7 @@ def _patterns_of(opts: JointOptions, st: Structure, point: np.ndarray, parts: di
     columns: dict[tuple[int, int], list[int]] = {}  # (pool, bin) -> its u columns
     for i, (p, b, _, _) in enumerate(st.u_cols):
         columns.setdefault((p, b), []).append(i)
-    keeps: dict[int, tuple[int, set[int]]] = {}  # node -> (its bin, the positions staying)
-    for b, bin_ in enumerate(st.bins):
-        for k, on_node in zip(bin_.nodes, bin_.stayers):
-            kept = {i for i, c in enumerate(on_node) if c in staying}
-            if kept:
-                keeps[k] = (b, kept)
+    keeps = _kept_positions(st, staying)
     out = []
     for k in sorted(set(parts) | set(keeps)):
         b, kept = keeps.get(k, (-1, set()))

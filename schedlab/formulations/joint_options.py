@@ -205,15 +205,12 @@ def joint_cluster(cluster: Cluster, classes: tuple[str, ...], tier_tolerance: fl
         slices_of.append(tuple(tuple(k for k in range(n.gpus) if gpu_tier[i, k] == s) for s in sigs))
         if n.gpus:
             groups.setdefault((n.gpu_type, n.gpus, rack_of[i], tuple(sigs), tuple(map(len, slices_of[i]))), []).append(i)
-    het = [key for key in groups if len(key[3]) > 1]  # by first node
-    hom = sorted(key for key in groups if len(key[3]) == 1)
-    kind_of: dict[tuple, int] = {}
-    for gpu_type, g, _, sigs, shape in het:
-        kind_of.setdefault((gpu_type, g, sigs, shape), len(kind_of))
-    for key in hom:  # each homogeneous group a kind alone
-        kind_of[key] = len(kind_of)
-    pools = tuple(Pool(gpu_type, g, rack, tuple(groups[key]), shape, sigs, kind_of[key if len(sigs) == 1 else key[:2] + key[3:]])
-                  for key in het + hom for gpu_type, g, rack, sigs, shape in [key])
+    keys = [key for key in groups if len(key[3]) > 1] + sorted(key for key in groups if len(key[3]) == 1)
+    kind_of: dict[tuple, int] = {}  # a heterogeneous pool's key without its rack; a homogeneous group's whole
+    pools = []
+    for gpu_type, g, rack, sigs, shape in keys:
+        kind = kind_of.setdefault((gpu_type, g, sigs, shape) + ((rack,) if len(sigs) == 1 else ()), len(kind_of))
+        pools.append(Pool(gpu_type, g, rack, tuple(groups[gpu_type, g, rack, sigs, shape]), shape, sigs, kind))
     members: dict[int, list[int]] = {}
     for p, pool in enumerate(pools):
         members.setdefault(pool.kind, []).append(p)
@@ -228,7 +225,7 @@ def joint_cluster(cluster: Cluster, classes: tuple[str, ...], tier_tolerance: fl
                   for r, ids in by_rack.items()}
     firsts = [ids[0] for ids in by_rack.values()]
     cross = ref / min(spread_gbps(cluster, firsts, graph), ref) if len(firsts) > 1 else 1.0
-    return JointCluster(classes, gpu_tier, pools, kinds, {k: p for p, pool in enumerate(pools) for k in pool.nodes},
+    return JointCluster(classes, gpu_tier, tuple(pools), kinds, {k: p for p, pool in enumerate(pools) for k in pool.nodes},
                         tuple(slices_of), rack_of, cross, rack_scale, topo.across_node_factor)
 
 
