@@ -57,9 +57,11 @@ class MilpArrays:
     them look best. A column meets a block in one row at most.
 
     `one_rows` are rows "at most one of these binary columns" (a job's choice of options), no
-    column in two of them: a relaxation may start from the basis in which each takes its best
-    column (solvers.highs_direct), None for none. `scaled` False asks for the relaxation
-    without the solver's scaling, where the formulation measured it to slow the simplex.
+    column in two of them, None for none: a solver may answer at once where each taking its best
+    column meets every other row (solvers.outcome.decoupled_optimum), and with `crash` its
+    relaxation starts from the basis in which each takes its best column (solvers.highs_direct).
+    `scaled` False asks for the relaxation without the solver's scaling, where the formulation
+    measured it to slow the simplex.
     """
 
     c: np.ndarray
@@ -75,6 +77,7 @@ class MilpArrays:
     defer: np.ndarray | None = None
     least_dual_rows: tuple[np.ndarray, ...] = ()
     one_rows: np.ndarray | None = None
+    crash: bool = False
     scaled: bool = True
 
     @property

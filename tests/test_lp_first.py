@@ -29,7 +29,7 @@ from schedlab.io import json_text, round_result_to_dict
 from schedlab.milp import FAILED, TIME_LIMIT, MilpArrays, SolveOutcome
 from schedlab.solvers import highs_direct
 from schedlab.solvers.highs_direct import lp_bound, solve_highs
-from schedlab.solvers.outcome import best_of, start_outcome
+from schedlab.solvers.outcome import best_of, decoupled_optimum, start_outcome
 from schedlab.state import Settings
 
 RESULT_SCHEMA = json.loads((Path(schedlab.__file__).parent / "schemas" / "round_result.schema.json").read_text())
@@ -57,6 +57,40 @@ def test_lp_first_and_full_mip_reach_the_brute_force_optimum():
                 assert out.bound >= expected - tol
                 paths[_path(out.message)] += lp_first
     assert paths["LP relaxation integral"] > 0
+    assert paths["decoupled: each job's best option"] > 0
+
+
+def test_the_decoupled_optimum_is_the_full_mips_wherever_it_answers():
+    """Random models of one-of rows and a capacity row, some columns fixed at 0 or at 1: where
+    decoupled_optimum answers, its point is the full MIP's optimum, bounded by itself; it
+    answers where the capacity is loose and declines where it binds."""
+    rng = np.random.default_rng(5)
+    answered = declined = 0
+    for _ in range(300):
+        jobs, per = int(rng.integers(1, 6)), int(rng.integers(1, 5))
+        n = jobs * per
+        job = np.repeat(np.arange(jobs), per)
+        weight = rng.integers(1, 4, size=n).astype(float)
+        A = sp.vstack([sp.csr_matrix((np.ones(n), (job, np.arange(n))), shape=(jobs, n)), weight[None, :]]).tocsr()
+        col_lo, col_hi = np.zeros(n), np.ones(n)
+        pinned = np.flatnonzero(rng.random(jobs) < 0.15) * per  # a job's first column fixed at 1
+        col_lo[pinned] = 1.0
+        col_hi[(rng.random(n) < 0.2) & (col_lo == 0)] = 0.0  # fixed at 0
+        capacity = float(rng.integers(1, 3 * jobs + 1)) + weight[pinned].sum()
+        model = MilpArrays(c=rng.normal(size=n), offset=0.5, A=A, row_lo=np.full(jobs + 1, -np.inf),
+                           row_hi=np.r_[np.ones(jobs), capacity], col_lo=col_lo, col_hi=col_hi,
+                           integer=np.ones(n, dtype=bool), one_rows=np.arange(jobs))
+        full = solve_highs(replace(model, one_rows=None), 30.0, 0.0, lp_first=False)
+        got = decoupled_optimum(model)
+        if got is None:
+            declined += 1
+            continue
+        answered += 1
+        assert full.status == "optimal"
+        assert got.status == "optimal" and got.bound == got.objective
+        assert got.objective == pytest.approx(full.objective, abs=1e-9)
+        assert model.max_violation(got.values) == 0.0 and (got.values[pinned] == 1.0).all()
+    assert answered >= 50 and declined >= 50
 
 
 @pytest.mark.parametrize("ipm_min_rows", [highs_direct.IPM_MIN_ROWS, 0], ids=["relaxation by simplex", "by IPM"])

@@ -152,7 +152,8 @@ def _objective_coefficients(opts: OptionColumns) -> tuple[np.ndarray, float]:
 
 
 def build_arrays(opts: OptionSet) -> MilpArrays:
-    """The model above as arrays for highspy and CP-SAT. Columns: x, then w, then t."""
+    """The model above as arrays for highspy and CP-SAT. Columns: x, then w, then t; (one) comes
+    first, the `one_rows`."""
     st = structure(opts)
     n = opts.num_options
     w_cols = _w_columns(opts, st)
@@ -197,6 +198,7 @@ def build_arrays(opts: OptionSet) -> MilpArrays:
         c=c, offset=offset, A=A, row_lo=row_lo, row_hi=row_hi,
         col_lo=col_lo, col_hi=col_hi, integer=integer,
         start=start_point(opts, st), choice=np.concatenate([opts.job, np.full(num_cols - n, -1)]),
+        one_rows=np.arange(len(one)),
     )
 
 

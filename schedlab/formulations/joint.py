@@ -374,7 +374,7 @@ def build_arrays(opts: JointOptions, st: Structure) -> MilpArrays:
     definition's q; w and t none (free in every neighbourhood). The multi-node options' x are
     deferred, (whole) then (rack) the rows whose least duals price them (module docstring), and
     where the jobs are at most the GPUs the relaxation starts from every job's best option ((one)
-    the `one_rows`; where most jobs get nothing HiGHS's own start is closer: 64 GPUs, 96 jobs:
+    the `one_rows`, `crash`; where most jobs get nothing HiGHS's own start is closer: 64 GPUs, 96 jobs:
     390 dual simplex iterations from every job's best, 285 from HiGHS's; 2,048 GPUs, 1,000 jobs:
     3,200 against 4,800), unscaled (`scaled`: 8 relaxations of 2,048 GPUs 133 -> 109 ms).
     """
@@ -400,7 +400,7 @@ def build_arrays(opts: JointOptions, st: Structure) -> MilpArrays:
                       col_lo=col_lo, col_hi=col_hi, integer=integer, start=start_point(opts, st),
                       choice=choice, defer=np.concatenate([opts.kind == MULTI, np.zeros(len(c) - opts.num_options, bool)]),
                       least_dual_rows=tuple(first[tag] + np.arange(len(blocks[tag])) for tag in ("whole", "rack")),
-                      one_rows=np.arange(len(blocks["one"])) if opts.num_jobs <= opts.round_input.cluster.total_gpus else None,
+                      one_rows=np.arange(len(blocks["one"])), crash=opts.num_jobs <= opts.round_input.cluster.total_gpus,
                       scaled=False)
 
 

@@ -3,6 +3,8 @@
 LP first. With one choice row per job and a handful of coupling rows, the LP relaxation's
 vertex has few fractional jobs (at 4,096 GPUs / 2,000 jobs often none), and HiGHS solves it in a
 fraction of the time its MIP search takes to prove the same point. So (`lp_first`, the default):
+  0. where every job's best option fits beside the others', that point is optimal without a
+     relaxation (solvers.outcome.decoupled_optimum);
   1. solve the relaxation; its objective bounds the MIP's;
   2. if every integer column is integral, that point is optimal;
   3. otherwise, for a model whose columns name their jobs (`choice`), solve the MIP over a
@@ -55,7 +57,7 @@ import scipy.sparse as sp
 from schedlab.errors import InputError
 from schedlab.milp import FAILED, OPTIMAL, TIME_LIMIT, MilpArrays, SolveOutcome
 from schedlab.solvers.log import solver_log_on
-from schedlab.solvers.outcome import StopSignal, best_of, start_outcome, tightest_bound
+from schedlab.solvers.outcome import StopSignal, best_of, decoupled_optimum, start_outcome, tightest_bound
 
 __all__ = ["HIGHS_OPTIONS_URL", "IPM_MIN_ROWS", "NEIGHBOURHOODS", "NEIGHBOURHOOD_MAX_SHARE", "check_options", "lp_bound",
            "lp_first_search", "set_options", "solve_highs"]
@@ -184,9 +186,11 @@ def solve_highs(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: in
 
 def lp_first_search(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: int = 0,
                     options: Options = ()) -> SolveOutcome:
-    """Steps 1-3: the relaxation, then the neighbourhoods around it. OPTIMAL when proven (within
+    """Steps 0-3: the decoupled optimum, else the relaxation, then the neighbourhoods around it. OPTIMAL when proven (within
     mip_gap of the LP bound), TIME_LIMIT with the best neighbourhood point otherwise, FAILED
     (values None) when none was found or the relaxation did not solve in time."""
+    if (decoupled := decoupled_optimum(model)) is not None:
+        return decoupled
     t0 = time.perf_counter()
     left_s = lambda: time_limit_s - (time.perf_counter() - t0)  # noqa: E731
     relaxed, reduced_cost = _priced_relax(model, time_limit_s, seed, options)
@@ -424,7 +428,8 @@ def _columns_of(model: MilpArrays, A: sp.csc_matrix, cols: np.ndarray) -> MilpAr
     """The model over columns `cols` alone (every row kept)."""
     return MilpArrays(c=model.c[cols], offset=model.offset, A=A[:, cols].tocsr(), row_lo=model.row_lo,
                       row_hi=model.row_hi, col_lo=model.col_lo[cols], col_hi=model.col_hi[cols],
-                      integer=np.zeros(len(cols), dtype=bool), one_rows=model.one_rows, scaled=model.scaled)
+                      integer=np.zeros(len(cols), dtype=bool), one_rows=model.one_rows, crash=model.crash,
+                      scaled=model.scaled)
 
 
 def _least_duals(model: MilpArrays, cols: np.ndarray, x: np.ndarray, duals: np.ndarray) -> np.ndarray:
@@ -527,7 +532,7 @@ def _highs(model: MilpArrays, integer: np.ndarray, time_limit_s: float, mip_gap:
         A.indptr.astype(np.int32), A.indices.astype(np.int32), A.data.astype(float),
         integer.astype(np.int32),
     )
-    if model.one_rows is not None and not integer.any() and h.getOptionValue("solver") != "ipm":
+    if model.crash and model.one_rows is not None and not integer.any() and h.getOptionValue("solver") != "ipm":
         h.setBasis(_crash_basis(model, A))
     if model.start is not None and integer.any():
         start = highspy.HighsSolution()

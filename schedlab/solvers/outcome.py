@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
+import numpy as np
+
 from schedlab.milp import OPTIMAL, TIME_LIMIT, MilpArrays, SolveOutcome
 
-__all__ = ["StopSignal", "best_of", "start_outcome", "tightest_bound"]
+__all__ = ["StopSignal", "best_of", "decoupled_optimum", "start_outcome", "tightest_bound"]
 
 
 class StopSignal:
@@ -66,3 +69,51 @@ def start_outcome(model: MilpArrays, found: SolveOutcome, solve_s: float) -> Sol
         return replace(found, solve_s=solve_s)
     return SolveOutcome(TIME_LIMIT, model.start, model.objective(model.start), tightest_bound((found,)), solve_s,
                         f"time limit reached ({found.message}): the warm start")
+
+
+def decoupled_optimum(model: MilpArrays) -> SolveOutcome | None:
+    """The optimum of a model whose coupling rows do not bind, found without a search; None for
+    any other model.
+
+    Drop every row but the one-of rows (MilpArrays.one_rows) and the model falls apart: each such
+    row takes its best column (the one fixed at 1 if it has one, else the largest positive
+    coefficient, else none), and every other column the bound its coefficient prefers (with
+    coefficient 0, its value in the model's start, else its lower bound). That point's objective
+    bounds every point of the model, so where it meets every row as well it is optimal, with
+    that bound: the LP relaxation's too, which lies between the two. A round of a few jobs on a
+    large cluster is one (days 55-62 of the Philly trace on 2,048 GPUs: 11,146 of 11,488 rounds),
+    and the relaxation it saves cost more than the rest of its solve."""
+    if model.one_rows is None or not model.num_cols:
+        return None
+    t0 = time.perf_counter()
+    row, col, data = _row_entries(model.A, model.one_rows)
+    if (data != 1.0).any() or (model.row_hi[model.one_rows] != 1.0).any() or (model.col_hi[col] > 1.0).any():
+        return None  # not rows "at most one of these binary columns"
+    v = np.where(model.c > 0, model.col_hi, model.col_lo)
+    aux = model.c == 0
+    if model.start is not None:
+        v[aux] = model.start[aux]
+    v[col] = model.col_lo[col]
+    # each row's candidates (columns not fixed at 0): one fixed at 1 first, then by coefficient
+    col, row = col[model.col_hi[col] >= 1.0], row[model.col_hi[col] >= 1.0]
+    order = np.lexsort((-model.c[col], -model.col_lo[col], row))
+    first = col[order[np.r_[True, row[order][1:] != row[order][:-1]]]] if len(order) else col
+    v[first[(model.col_lo[first] > 0) | (model.c[first] > 0)]] = 1.0
+    if not np.isfinite(v).all() or (model.integer & (v != np.round(v))).any():
+        return None
+    activity = model.A @ v
+    tol = 1e-9 * np.maximum(1.0, np.abs(activity))
+    if ((activity < model.row_lo - tol) | (activity > model.row_hi + tol)).any():
+        return None
+    objective = model.objective(v)
+    return SolveOutcome(OPTIMAL, v, objective, objective, time.perf_counter() - t0,
+                        "decoupled: each job's best option, and the rows that couple them hold")
+
+
+def _row_entries(A, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The nonzeros of CSR rows `rows` as (position in `rows`, column, value), read off the
+    matrix's arrays (scipy's A[rows] took 0.16 ms of a 0.18 ms check on a 100-job round)."""
+    starts, counts = A.indptr[rows], np.diff(A.indptr)[rows]
+    first = np.cumsum(counts) - counts
+    at = np.arange(counts.sum()) - np.repeat(first - starts, counts)
+    return np.repeat(np.arange(len(rows)), counts), A.indices[at], A.data[at]
