@@ -550,19 +550,15 @@ def prune_dominated(job: np.ndarray, group: np.ndarray, num_gpus: np.ndarray, va
     step_job, step_group, step_gpus = np.diff(job), np.diff(group), np.diff(num_gpus)
     ordered = ((step_job > 0) | (step_job == 0) & ((step_group > 0) | (step_group == 0) & (step_gpus >= 0))).all()
     order = np.arange(n) if ordered else np.lexsort((num_gpus, group, job))  # options come so, from both formulations
-    v = np.asarray(value, dtype=float)[order]
     first = np.r_[True, (np.diff(job[order]) != 0) | (np.diff(group[order]) != 0)]
-    # the best of the smaller shapes of each option's (job, group): a running max, position by position
-    before = np.full(n, -np.inf)
-    at = np.flatnonzero(first)
-    while True:
-        at = at[at + 1 < n] + 1
-        at = at[~first[at]]  # the options one position further into their (job, group)
-        if not len(at):
-            break
-        before[at] = np.maximum(before[at - 1], v[at - 1])
+    # the best of the smaller shapes of each option's (job, group): a running max of the values'
+    # ranks, which restarts at each (job, group) since (segment, rank) only grows across segments
+    _, rank = np.unique(np.asarray(value, dtype=float)[order], return_inverse=True)
+    key = (np.cumsum(first) - 1) * n + rank.ravel()
+    best = np.maximum.accumulate(key)
+    before = np.r_[-1, best[:-1]]
     keep = np.ones(n, dtype=bool)
-    keep[order] = (group[order] < 0) | first | (v > before)
+    keep[order] = (group[order] < 0) | first | (key > before)
     return keep
 
 
