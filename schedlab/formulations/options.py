@@ -461,8 +461,13 @@ def _value_rows(rows: _Rows, jobs: tuple[JobSpec, ...], fixed_bsz: np.ndarray | 
         params = scaled_params(params, scale[0][shapes], scale[1][shapes])
     limits = BatchLimits(*model_table(models, 1, BatchLimits)[m].T)
     grad = np.array([field_values(job.grad_stats) for job in jobs]).reshape(len(jobs), 2)[rows.job]
+    keys = None
+    if scale is None:  # a shape is its model's key and its size
+        key_of = list(models)
+        keys = [(key_of[k], n, r, f) for k, n, r, f in zip(m.tolist(), rows.nodes[shapes].tolist(),
+                                                            rows.gpus[shapes].tolist(), row_fixed[shapes].tolist())]
     return best_batch_shared(params, limits, rows.nodes[shapes], rows.gpus[shapes], row_fixed[shapes],
-                             GradStats(*grad.T), shape)
+                             GradStats(*grad.T), shape, keys)
 
 
 def model_key(job: JobSpec, gpu_type: str) -> tuple:

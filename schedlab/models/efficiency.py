@@ -18,6 +18,7 @@ accumulation steps, exactly as Pollux's GoodputFunction.optimize does.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
@@ -325,7 +326,8 @@ def best_batch(params: ThroughputParams, grad: GradStats, limits: BatchLimits, n
 
 
 def best_batch_shared(params: ThroughputParams, limits: BatchLimits, num_nodes: np.ndarray, num_replicas: np.ndarray,
-                      fixed_bsz: np.ndarray, grad: GradStats, shape: np.ndarray) -> BatchChoice:
+                      fixed_bsz: np.ndarray, grad: GradStats, shape: np.ndarray,
+                      keys: list[Hashable] | None = None) -> BatchChoice:
     """`best_batch` of rows that share their shapes: each shape's grid and its throughput once.
 
     A shape u is a model and a size: params, limits, num_nodes, num_replicas and fixed_bsz are
@@ -345,6 +347,10 @@ def best_batch_shared(params: ThroughputParams, limits: BatchLimits, num_nodes: 
         Each row's gradient statistics (fields: arrays indexed by row).
     shape : ndarray of int
         Each row's shape.
+    keys : list of hashable, optional
+        One per shape, equal only where the shapes' numbers (params, limits, nodes, replicas,
+        fixed batch) are: what the shapes' grids are memoized by (`_memoized_tables`). Without
+        them, the numbers themselves.
 
     Returns
     -------
@@ -378,7 +384,7 @@ def best_batch_shared(params: ThroughputParams, limits: BatchLimits, num_nodes: 
     for b, first in enumerate(range(0, len(num_replicas), _BLOCK_SHAPES)):
         shapes = slice(first, first + _BLOCK_SHAPES)
         block = (_cut(params, shapes), _cut(limits, shapes), num_nodes[shapes], num_replicas[shapes], fixed_bsz[shapes])
-        table = _memoized_tables(*block) if memoized else _grid_tables(*block)
+        table = _memoized_tables(*block, keys=keys[shapes] if keys is not None else None) if memoized else _grid_tables(*block)
         init_bsz = np.asarray(limits.init_bsz, dtype=float)[shapes]
         for lo in range(starts[b], starts[b + 1], _BLOCK_ROWS):
             rows = order[lo:min(lo + _BLOCK_ROWS, starts[b + 1])]
@@ -410,11 +416,13 @@ _GRID_MEMO: dict[tuple, np.ndarray] = {}
 
 
 def _memoized_tables(params: ThroughputParams, limits: BatchLimits, num_nodes: np.ndarray, r: np.ndarray,
-                     fixed: np.ndarray) -> np.ndarray:
-    """`_grid_tables`, each shape's from the memo where it is there, the others computed at once."""
-    numbers = np.column_stack([*(np.asarray(getattr(obj, f.name), dtype=float) for obj in (params, limits)
-                                 for f in fields(obj)), num_nodes, r, fixed])
-    keys = list(map(tuple, numbers.tolist()))
+                     fixed: np.ndarray, keys: list[Hashable] | None = None) -> np.ndarray:
+    """`_grid_tables`, each shape's from the memo where it is there, the others computed at once;
+    the memo's keys are `keys` where given, else the shapes' numbers."""
+    if keys is None:
+        numbers = np.column_stack([*(np.asarray(getattr(obj, f.name), dtype=float) for obj in (params, limits)
+                                     for f in fields(obj)), num_nodes, r, fixed])
+        keys = list(map(tuple, numbers.tolist()))
     missing = [i for i, key in enumerate(keys) if key not in _GRID_MEMO]
     if len(_GRID_MEMO) + len(missing) > GRID_MEMO_SHAPES:
         _GRID_MEMO.clear()
