@@ -89,6 +89,35 @@ def test_best_batch_of_many_shapes_is_each_shapes_own():
                                                                              one.accum_steps[0])
 
 
+def test_shared_valuation_from_memoized_grids_is_the_grids_computed_anew(monkeypatch):
+    """best_batch_shared's grids come from a memo kept across calls: whether a shape's grid was
+    just computed, found from an earlier call (by its numbers or by a key given for them), or
+    computed again after the memo started over, every row gets, bit for bit, what grids
+    computed for that call alone give it."""
+    from schedlab.models import efficiency
+
+    monkeypatch.setattr(efficiency, "_GRID_MEMO", {})
+    prof = shipped_profiles()["cifar10"]
+    rng = np.random.default_rng(3)
+    shapes = 8
+    on_shapes = lambda obj: type(obj)(*(np.full(shapes, v, dtype=float) for v in vars(obj).values()))  # noqa: E731
+    for _ in range(8):
+        gamma = rng.choice([1.2, 1.5, 2.0], shapes)  # few models: later calls meet earlier shapes
+        nodes = rng.integers(1, 3, shapes)
+        gpus = nodes * rng.choice([1, 2, 4], shapes)
+        args = (replace(on_shapes(prof.params), gamma=gamma), on_shapes(prof.batch), nodes, gpus, np.zeros(shapes),
+                GradStats(prof.grad_stats.sqr * rng.uniform(0.2, 5.0, 20), np.full(20, prof.grad_stats.var)),
+                rng.integers(0, shapes, 20))
+        keys = [(float(g), int(n), int(r)) for g, n, r in zip(gamma, nodes, gpus)] if rng.random() < 0.5 else None
+        monkeypatch.setattr(efficiency, "GRID_MEMO_SHAPES", 12)  # starts over within these calls
+        got = efficiency.best_batch_shared(*args, keys)
+        monkeypatch.setattr(efficiency, "GRID_MEMO_SHAPES", 0)  # no memo: every grid computed anew
+        anew = efficiency.best_batch_shared(*args)
+        for name in ("goodput", "local_bsz", "accum_steps"):
+            assert np.array_equal(getattr(got, name), getattr(anew, name))
+    assert 0 < len(efficiency._GRID_MEMO) <= 12
+
+
 def test_measured_lookup_returns_measured_rows_and_rotates_placements():
     table = measured_table("cifar10")
     row = table.placements[table.placements.placement == 22].iloc[0]

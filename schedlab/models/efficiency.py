@@ -409,8 +409,9 @@ def _grid_tables(params: ThroughputParams, limits: BatchLimits, num_nodes: np.nd
 # A shape's grid table (`_grid_tables`) depends on its model and size alone, and a scheduler meets
 # the same ones round after round: the jobs of a few applications on a few sizes (two days of the
 # Philly trace: 66 models in 2,848 rounds). So tables are memoized across calls by the shape's
-# exact numbers, up to GRID_MEMO_SHAPES of them (1.6 KB each; the memo starts over when full);
-# a call with more shapes than that computes its own.
+# exact numbers (or keys that stand for them), up to GRID_MEMO_SHAPES of them (1.6 KB each; the
+# memo starts over when full); a call with more shapes than that computes its own. Rounds solved
+# in threads at once (the service) share it: a call reads each table once, before it writes.
 GRID_MEMO_SHAPES = 1 << 14
 _GRID_MEMO: dict[tuple, np.ndarray] = {}
 
@@ -423,15 +424,16 @@ def _memoized_tables(params: ThroughputParams, limits: BatchLimits, num_nodes: n
         numbers = np.column_stack([*(np.asarray(getattr(obj, f.name), dtype=float) for obj in (params, limits)
                                      for f in fields(obj)), num_nodes, r, fixed])
         keys = list(map(tuple, numbers.tolist()))
-    missing = [i for i, key in enumerate(keys) if key not in _GRID_MEMO]
-    if len(_GRID_MEMO) + len(missing) > GRID_MEMO_SHAPES:
-        _GRID_MEMO.clear()
-        missing = list(range(len(keys)))
-    if missing:
+    tables = [_GRID_MEMO.get(key) for key in keys]
+    missing = np.array([i for i, table in enumerate(tables) if table is None], dtype=int)
+    if len(missing):
         computed = _grid_tables(_cut(params, missing), _cut(limits, missing), num_nodes[missing], r[missing],
                                 fixed[missing])
-        _GRID_MEMO.update(zip((keys[i] for i in missing), computed))
-    return np.stack([_GRID_MEMO[key] for key in keys]).reshape(len(keys), 4, BATCH_GRID_POINTS)
+        if len(_GRID_MEMO) + len(missing) > GRID_MEMO_SHAPES:
+            _GRID_MEMO.clear()
+        for i, table in zip(missing.tolist(), computed):
+            tables[i] = _GRID_MEMO[keys[i]] = table
+    return np.stack(tables).reshape(len(keys), 4, BATCH_GRID_POINTS)
 
 
 def _cut(obj, which: slice | np.ndarray):
