@@ -18,9 +18,9 @@ accumulation steps, exactly as Pollux's GoodputFunction.optimize does.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -327,7 +327,7 @@ def best_batch(params: ThroughputParams, grad: GradStats, limits: BatchLimits, n
 
 def best_batch_shared(params: ThroughputParams, limits: BatchLimits, num_nodes: np.ndarray, num_replicas: np.ndarray,
                       fixed_bsz: np.ndarray, grad: GradStats, shape: np.ndarray,
-                      keys: list[Hashable] | None = None) -> BatchChoice:
+                      keys: Sequence[Hashable] | None = None) -> BatchChoice:
     """`best_batch` of rows that share their shapes: each shape's grid and its throughput once.
 
     A shape u is a model and a size: params, limits, num_nodes, num_replicas and fixed_bsz are
@@ -413,18 +413,18 @@ def _grid_tables(params: ThroughputParams, limits: BatchLimits, num_nodes: np.nd
 # memo starts over when full); a call with more shapes than that computes its own. Rounds solved
 # in threads at once (the service) share it: a call reads each table once, before it writes.
 GRID_MEMO_SHAPES = 1 << 14
-_GRID_MEMO: dict[tuple, np.ndarray] = {}
+_GRID_MEMO: dict[Hashable, np.ndarray] = {}
 
 
 def _memoized_tables(params: ThroughputParams, limits: BatchLimits, num_nodes: np.ndarray, r: np.ndarray,
-                     fixed: np.ndarray, keys: list[Hashable] | None = None) -> np.ndarray:
+                     fixed: np.ndarray, keys: Sequence[Hashable] | None = None) -> np.ndarray:
     """`_grid_tables`, each shape's from the memo where it is there, the others computed at once;
     the memo's keys are `keys` where given, else the shapes' numbers."""
     if keys is None:
         numbers = np.column_stack([*(np.asarray(getattr(obj, f.name), dtype=float) for obj in (params, limits)
                                      for f in fields(obj)), num_nodes, r, fixed])
         keys = list(map(tuple, numbers.tolist()))
-    tables = [_GRID_MEMO.get(key) for key in keys]
+    tables: list[np.ndarray | None] = [_GRID_MEMO.get(key) for key in keys]
     missing = np.array([i for i, table in enumerate(tables) if table is None], dtype=int)
     if len(missing):
         computed = _grid_tables(_cut(params, missing), _cut(limits, missing), num_nodes[missing], r[missing],
@@ -433,7 +433,7 @@ def _memoized_tables(params: ThroughputParams, limits: BatchLimits, num_nodes: n
             _GRID_MEMO.clear()
         for i, table in zip(missing.tolist(), computed):
             tables[i] = _GRID_MEMO[keys[i]] = table
-    return np.stack(tables).reshape(len(keys), 4, BATCH_GRID_POINTS)
+    return np.stack(cast(list[np.ndarray], tables)).reshape(len(keys), 4, BATCH_GRID_POINTS)
 
 
 def _cut(obj, which: slice | np.ndarray):
