@@ -6,7 +6,7 @@ Deliberately shares no code with the formulations: it reads only the input and t
 from __future__ import annotations
 
 from schedlab.errors import VerificationError
-from schedlab.state import JobAllocation, RoundInput
+from schedlab.state import Cluster, JobAllocation, RoundInput
 
 __all__ = ["problems", "verify"]
 
@@ -30,6 +30,11 @@ def problems(round_input: RoundInput, allocations: tuple[JobAllocation, ...], bu
     found: list[str] = []
     seen_jobs: set[str] = set()
     holder: dict[tuple[str, int], str] = {}
+    # The common case at once: every GPU exists and is held once (then the GPU by GPU checks below
+    # would find nothing); on one GPU type, every allocation's type is that one.
+    held = [(g.node, g.gpu) for a in allocations for g in a.gpus]
+    gpus_fine = len(set(held)) == len(held) and cluster.derive(_GPUS, lambda: _gpus(cluster)).issuperset(held)
+    one_type = [next(iter(cluster.gpu_types))] if gpus_fine and len(cluster.gpu_types) == 1 else None
     for a in allocations:
         if a.job_id not in jobs:
             found.append(f"allocation for unknown job {a.job_id!r}")
@@ -38,7 +43,7 @@ def problems(round_input: RoundInput, allocations: tuple[JobAllocation, ...], bu
             found.append(f"job {a.job_id!r} has more than one allocation")
         seen_jobs.add(a.job_id)
         job = jobs[a.job_id]
-        for g in a.gpus:
+        for g in () if gpus_fine else a.gpus:
             if g.node not in index or not 0 <= g.gpu < cluster.nodes[index[g.node]].gpus:
                 found.append(f"job {a.job_id!r} holds GPU {g.node}:{g.gpu}, which does not exist")
                 continue
@@ -59,7 +64,7 @@ def problems(round_input: RoundInput, allocations: tuple[JobAllocation, ...], bu
             continue
         if not job.min_gpus <= len(a.gpus) <= job.max_gpus:
             found.append(f"job {a.job_id!r} got {len(a.gpus)} GPUs outside its [{job.min_gpus}, {job.max_gpus}]")
-        types = sorted({cluster.nodes[index[g.node]].gpu_type for g in a.gpus if g.node in index})
+        types = one_type or sorted({cluster.nodes[index[g.node]].gpu_type for g in a.gpus if g.node in index})
         if len(types) > 1:
             found.append(f"job {a.job_id!r} mixes GPU types {types} in one allocation; a job's GPUs are of one type")
         elif types and types[0] not in job.throughput:
@@ -76,6 +81,14 @@ def problems(round_input: RoundInput, allocations: tuple[JobAllocation, ...], bu
     if missing:
         found.append(f"jobs without an allocation entry: {sorted(missing)}")
     return found
+
+
+_GPUS = "verify: every GPU"  # Cluster.derived's key
+
+
+def _gpus(cluster: Cluster) -> frozenset[tuple[str, int]]:
+    """Every GPU of the cluster as (node id, index)."""
+    return frozenset((node.id, i) for node in cluster.nodes for i in range(node.gpus))
 
 
 def verify(round_input: RoundInput, allocations: tuple[JobAllocation, ...], budgets: bool = True) -> None:

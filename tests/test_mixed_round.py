@@ -364,6 +364,18 @@ def test_verify_holds_the_local_batch_to_its_type_and_the_pinned_job_to_its_gpus
     assert problems(ri, on_a100) == ["job 'p' is pinned to its current GPUs, but was given none"]
 
 
+def test_verify_names_a_gpu_that_does_not_exist_and_one_given_twice():
+    ri = _two_type_round()
+    fine = (JobAllocation("a", (GpuRef("a", 1),), 32, 32, 0), JobAllocation("p", (GpuRef("a", 0),), 16, 16, 0))
+    assert problems(ri, fine) == []
+    twice = (replace(fine[0], gpus=(GpuRef("a", 0),)), fine[1])
+    assert problems(ri, twice) == ["GPU a:0 given to 'a' and 'p'"]
+    missing = (replace(fine[0], gpus=(GpuRef("a", 2),)), fine[1])
+    assert problems(ri, missing) == ["job 'a' holds GPU a:2, which does not exist"]
+    unknown = fine + (JobAllocation("x", (GpuRef("a", 1),), 32, 32, 0),)  # its GPUs are not counted
+    assert problems(ri, unknown) == ["allocation for unknown job 'x'"]
+
+
 @pytest.mark.parametrize("formulation", ["goodput", "joint"])
 def test_a_pinned_job_that_cannot_run_on_its_gpus_is_refused_by_name(formulation):
     raw = mixed_round(formulation)
