@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 
@@ -33,6 +34,14 @@ _NODE_GPUS = "formulations.packing: GPUs per node"  # Cluster.derived's key
 def _node_gpus(cluster: Cluster) -> np.ndarray:
     """Every node's GPU count, in cluster order."""
     return np.array([n.gpus for n in cluster.nodes], dtype=int)
+
+
+@lru_cache(maxsize=64)  # a round's groups, met again every round; bounded, as ONES's orderings of a group come and go
+def _sorted_nodes(nodes: tuple[int, ...]) -> tuple[np.ndarray, frozenset[int]]:
+    """A group's nodes sorted (read-only: shared by every round), and as a set."""
+    at = np.unique(np.asarray(nodes, dtype=int))
+    at.flags.writeable = False
+    return at, frozenset(at.tolist())
 
 
 class NodeState:
@@ -106,8 +115,7 @@ class NodeState:
         buckets = self._by_id.get(id(nodes))
         if buckets is not None:
             return buckets
-        at = np.unique(np.asarray(nodes, dtype=int))  # sorted
-        members = frozenset(at.tolist())
+        at, members = _sorted_nodes(nodes)
         free = self.cluster.derive(_NODE_GPUS, lambda: _node_gpus(self.cluster))[at]
         for k in self._changed & members:
             free[np.searchsorted(at, k)] = len(self.free[k])
