@@ -143,6 +143,11 @@ class Cluster:
         return {n.id: k for k, n in enumerate(self.nodes)}
 
     @cached_property
+    def gpu_keys(self) -> frozenset[tuple[str, int]]:
+        """Every GPU as (node id, index): what a GPU reference must name to exist."""
+        return frozenset((n.id, i) for n in self.nodes for i in range(n.gpus))
+
+    @cached_property
     def has_variability(self) -> bool:
         """Whether some node lists slowdown factors (PAL's per-GPU variability)."""
         return any(n.slowdown for n in self.nodes)

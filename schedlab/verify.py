@@ -6,7 +6,7 @@ Deliberately shares no code with the formulations: it reads only the input and t
 from __future__ import annotations
 
 from schedlab.errors import VerificationError
-from schedlab.state import Cluster, JobAllocation, RoundInput
+from schedlab.state import JobAllocation, RoundInput
 
 __all__ = ["problems", "verify"]
 
@@ -33,7 +33,7 @@ def problems(round_input: RoundInput, allocations: tuple[JobAllocation, ...], bu
     # The common case at once: every GPU exists and is held once (then the GPU by GPU checks below
     # would find nothing); on one GPU type, every allocation's type is that one.
     held = [(g.node, g.gpu) for a in allocations for g in a.gpus]
-    gpus_fine = len(set(held)) == len(held) and cluster.derive(_GPUS, lambda: _gpus(cluster)).issuperset(held)
+    gpus_fine = len(set(held)) == len(held) and cluster.gpu_keys.issuperset(held)
     one_type = [next(iter(cluster.gpu_types))] if gpus_fine and len(cluster.gpu_types) == 1 else None
     for a in allocations:
         if a.job_id not in jobs:
@@ -81,14 +81,6 @@ def problems(round_input: RoundInput, allocations: tuple[JobAllocation, ...], bu
     if missing:
         found.append(f"jobs without an allocation entry: {sorted(missing)}")
     return found
-
-
-_GPUS = "verify: every GPU"  # Cluster.derived's key
-
-
-def _gpus(cluster: Cluster) -> frozenset[tuple[str, int]]:
-    """Every GPU of the cluster as (node id, index)."""
-    return frozenset((node.id, i) for node in cluster.nodes for i in range(node.gpus))
 
 
 def verify(round_input: RoundInput, allocations: tuple[JobAllocation, ...], budgets: bool = True) -> None:

@@ -145,6 +145,8 @@ BAD_INPUTS = [
     (lambda d: d["cluster"]["nodes"][0].update(gpus=-1), "cluster.nodes[0].gpus: must be >= 0"),
     (lambda d: d["jobs"][5].update(current_gpus=[{"node": "nowhere", "gpu": 0}]), "node 'nowhere' is not in the cluster"),
     (lambda d: d["jobs"][5].update(current_gpus=[{"node": "n0", "gpu": 9}]), "GPU 9 does not exist on node 'n0'"),
+    (lambda d: d["jobs"][5].update(current_gpus=[{"node": "n0", "gpu": 0}, {"node": "n0", "gpu": 0}]),
+     "GPU n0:0 is also held by job"),
     (lambda d: d["settings"].update(p="fair"), "settings.p: must be a number or \"-inf\""),
     (lambda d: d["settings"].update(time_limit_s=0), "settings.time_limit_s: must be > 0"),
     (lambda d: d.update(extra=1), "extra: unknown key"),
