@@ -71,6 +71,8 @@ class World:
 
     def type_speed(self, gpus: tuple[GpuRef, ...], application: str) -> float:
         """rho: the application's speed on the slowest type of these GPUs, relative to the T4 (1 on T4s)."""
+        if self.truth.gpu_types <= {POLLUX_GPU_TYPE}:  # a cluster of T4s: no GPU to look at
+            return 1.0
         types = {self._nodes[g.node].gpu_type for g in gpus} - {POLLUX_GPU_TYPE}
         return min((speed_ratio(application, t) for t in types), default=1.0)
 
