@@ -94,6 +94,20 @@ class MilpArrays:
         """The objective ``c @ v + offset`` at point `v`."""
         return float(self.c @ v + self.offset)
 
+    def one_row_entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The nonzeros of `one_rows`, row by row: (position in one_rows, column, value), read off
+        the CSR arrays (scipy's A[rows] took 0.16 ms of a 0.18 ms check on a 100-job round)."""
+        assert self.one_rows is not None
+        rows, A = self.one_rows, self.A
+        if len(rows) and rows[-1] - rows[0] == len(rows) - 1 and (np.diff(rows) == 1).all():  # a range of rows
+            bounds = A.indptr[rows[0]: rows[-1] + 2]
+            at: slice | np.ndarray = slice(bounds[0], bounds[-1])
+            counts = np.diff(bounds)
+        else:
+            starts, counts = A.indptr[rows], A.indptr[rows + 1] - A.indptr[rows]
+            at = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts - starts, counts)
+        return np.repeat(np.arange(len(rows)), counts), A.indices[at], A.data[at]
+
     def max_violation(self, v: np.ndarray) -> float:
         """Largest violation of any row or column bound by point `v` (0 when feasible)."""
         av = self.A @ v

@@ -8,7 +8,7 @@ Batch convention (Pollux): a job on `r` GPUs with per-GPU micro-batch `local_bsz
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
@@ -146,6 +146,12 @@ class Cluster:
     def gpu_keys(self) -> frozenset[tuple[str, int]]:
         """Every GPU as (node id, index): what a GPU reference must name to exist."""
         return frozenset((n.id, i) for n in self.nodes for i in range(n.gpus))
+
+    def holds_once(self, gpus: Iterable[GpuRef]) -> bool:
+        """Whether every one of `gpus` exists in the cluster and none comes twice (the check of a
+        round's GPUs at once, before naming any that fail it one by one)."""
+        keys = [(g.node, g.gpu) for g in gpus]
+        return len(set(keys)) == len(keys) and self.gpu_keys.issuperset(keys)
 
     @cached_property
     def has_variability(self) -> bool:

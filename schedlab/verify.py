@@ -32,8 +32,7 @@ def problems(round_input: RoundInput, allocations: tuple[JobAllocation, ...], bu
     holder: dict[tuple[str, int], str] = {}
     # The common case at once: every GPU exists and is held once (then the GPU by GPU checks below
     # would find nothing); on one GPU type, every allocation's type is that one.
-    held = [(g.node, g.gpu) for a in allocations for g in a.gpus]
-    gpus_fine = len(set(held)) == len(held) and cluster.gpu_keys.issuperset(held)
+    gpus_fine = cluster.holds_once(g for a in allocations for g in a.gpus)
     one_type = [next(iter(cluster.gpu_types))] if gpus_fine and len(cluster.gpu_types) == 1 else None
     for a in allocations:
         if a.job_id not in jobs:

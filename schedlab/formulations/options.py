@@ -555,15 +555,13 @@ def prune_dominated(job: np.ndarray, group: np.ndarray, num_gpus: np.ndarray, va
     step_job, step_group, step_gpus = np.diff(job), np.diff(group), np.diff(num_gpus)
     ordered = ((step_job > 0) | (step_job == 0) & ((step_group > 0) | (step_group == 0) & (step_gpus >= 0))).all()
     order = np.arange(n) if ordered else np.lexsort((num_gpus, group, job))  # options come so, from both formulations
-    first = np.r_[True, (np.diff(job[order]) != 0) | (np.diff(group[order]) != 0)]
-    # the best of the smaller shapes of each option's (job, group): a running max of the values'
-    # ranks, which restarts at each (job, group) since (segment, rank) only grows across segments
-    _, rank = np.unique(np.asarray(value, dtype=float)[order], return_inverse=True)
-    key = (np.cumsum(first) - 1) * n + rank.ravel()
-    best = np.maximum.accumulate(key)
-    before = np.r_[-1, best[:-1]]
+    segment = np.r_[0, np.cumsum((np.diff(job[order]) != 0) | (np.diff(group[order]) != 0))]
+    # A running max per (job, group) segment: dense ranks of the values, shifted so that every
+    # segment ranks above the ones before it; one cumulative max then never crosses a segment.
+    rank = np.unique(np.asarray(value, dtype=float)[order], return_inverse=True)[1].ravel() + segment * n
+    before = np.r_[-1, np.maximum.accumulate(rank)[:-1]]  # best of the smaller shapes (or a previous segment)
     keep = np.ones(n, dtype=bool)
-    keep[order] = (group[order] < 0) | first | (key > before)
+    keep[order] = (group[order] < 0) | (rank > before)
     return keep
 
 

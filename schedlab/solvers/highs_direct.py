@@ -533,7 +533,7 @@ def _highs(model: MilpArrays, integer: np.ndarray, time_limit_s: float, mip_gap:
         integer.astype(np.int32),
     )
     if model.crash and model.one_rows is not None and not integer.any() and h.getOptionValue("solver") != "ipm":
-        h.setBasis(_crash_basis(model, A))
+        h.setBasis(_crash_basis(model))
     if model.start is not None and integer.any():
         start = highspy.HighsSolution()
         start.col_value = model.start.tolist()
@@ -554,7 +554,7 @@ def _highs(model: MilpArrays, integer: np.ndarray, time_limit_s: float, mip_gap:
 _LOWER, _BASIC, _UPPER = highspy.HighsBasisStatus.kLower, highspy.HighsBasisStatus.kBasic, highspy.HighsBasisStatus.kUpper
 
 
-def _crash_basis(model: MilpArrays, A: sp.csr_matrix) -> highspy.HighsBasis:
+def _crash_basis(model: MilpArrays) -> highspy.HighsBasis:
     """A dual feasible starting basis of the relaxation from its one-of rows (MilpArrays.one_rows):
     in each, its best column (the largest positive cost, of a row without a fixed column) basic
     and the row at its bound 1, its other columns at 0; every other row's slack basic and every
@@ -566,8 +566,8 @@ def _crash_basis(model: MilpArrays, A: sp.csr_matrix) -> highspy.HighsBasis:
     upper = (model.c > 0) & np.isfinite(model.col_hi)
     status = np.where(upper, 2, 0)  # 0 lower, 1 basic, 2 upper
     row_status = np.ones(model.num_rows, dtype=int)
-    entries = A[model.one_rows].tocoo()
-    col, row = entries.col, model.one_rows[entries.row]
+    position, col, _ = model.one_row_entries()
+    row = model.one_rows[position]
     fixed = np.zeros(model.num_rows, dtype=bool)
     fixed[row[model.col_lo[col] > 0]] = True
     mine = ~fixed[row]
