@@ -12,6 +12,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
+from operator import attrgetter
 from typing import Any, TypeVar
 
 __all__ = ["APP_CLASS", "DEFAULT_CLASS", "BatchLimits", "Cluster", "FreezePenalty", "FreezeSpec", "GpuRef", "GradStats",
@@ -150,7 +151,7 @@ class Cluster:
     def holds_once(self, gpus: Iterable[GpuRef]) -> bool:
         """Whether every one of `gpus` exists in the cluster and none comes twice (the check of a
         round's GPUs at once, before naming any that fail it one by one)."""
-        keys = [(g.node, g.gpu) for g in gpus]
+        keys = list(map(_NODE_AND_GPU, gpus))
         return len(set(keys)) == len(keys) and self.gpu_keys.issuperset(keys)
 
     @cached_property
@@ -185,6 +186,9 @@ class GpuRef:
     def key(self) -> str:
         """The GPU's id as one string, ``node/gpu`` (``n3/1``): the one format of GPU ids."""
         return f"{self.node}/{self.gpu}"
+
+
+_NODE_AND_GPU = attrgetter("node", "gpu")  # a GpuRef as (node, gpu), read in C
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import operator
 from collections.abc import Mapping
+from itertools import chain
 from typing import Any
 
 from schedlab.io.checker import Checker, is_id, show
@@ -194,6 +195,7 @@ _NUMBERS = tuple((f.name, accept, int if accept.integer else float, f.default is
 _KINDS = (("throughput", dict), ("current_gpus", tuple), ("batch_by_type", dict), ("pinned", bool),
           ("projected_types", tuple))
 _GPU_INDEX = FIELD_ACCEPT["gpu"]["gpu"]
+_NODE, _GPU = operator.attrgetter("node"), operator.attrgetter("gpu")
 
 
 def _kept(column: tuple, accept: Accept, kind: type, optional: bool) -> bool:
@@ -204,8 +206,10 @@ def _kept(column: tuple, accept: Accept, kind: type, optional: bool) -> bool:
         return True
     if set(map(type, values)) != {kind}:
         return False
-    lo, hi = (accept.int_lo, accept.int_hi) if kind is int else (accept.float_lo, accept.float_hi)
-    positive = accept.positive
+    if kind is int:  # no NaN among ints: their extremes are their range
+        least = min(values)
+        return accept.int_lo <= least and max(values) <= accept.int_hi and (least > 0 or not accept.positive)
+    lo, hi, positive = accept.float_lo, accept.float_hi, accept.positive
     return all(lo <= v <= hi and (v > 0 or not positive) for v in values)  # NaN fails: min() would skip it
 
 
@@ -225,7 +229,7 @@ def valid_as_given(ck: Checker, jobs: Any, cluster: Cluster) -> bool:
     if not jobs or set(map(type, jobs)) != {JobSpec}:
         return not jobs
     fields = dict(zip(_FIELD_NAMES, zip(*map(_values, jobs))))
-    refs = [ref for held in fields["current_gpus"] for ref in held]
+    refs = list(chain.from_iterable(fields["current_gpus"]))
     if not (_ids(fields["id"], optional=False) and len(set(fields["id"])) == len(jobs)
             and _ids(fields["application"], optional=True) and _ids(fields["app_class"], optional=True)
             and set(fields["application"]) - {None} <= shipped_profiles().keys()
@@ -233,8 +237,8 @@ def valid_as_given(ck: Checker, jobs: Any, cluster: Cluster) -> bool:
             and _PARAM_KEYS.isdisjoint(set().union(*fields["throughput"])) and fields["freezing"].count(None) == len(jobs)
             and not any(fields["batch_by_type"]) and not any(fields["pinned"]) and not any(fields["projected_types"])
             and all(_kept(fields[name], accept, kind, optional) for name, accept, kind, optional in _NUMBERS)
-            and (not refs or (set(map(type, refs)) == {GpuRef} and _ids(tuple(r.node for r in refs), optional=False)
-                              and _kept(tuple(r.gpu for r in refs), _GPU_INDEX, int, optional=False)))):
+            and (not refs or (set(map(type, refs)) == {GpuRef} and _ids(tuple(map(_NODE, refs)), optional=False)
+                              and _kept(tuple(map(_GPU, refs)), _GPU_INDEX, int, optional=False)))):
         return False
     found = len(ck.problems)
     params = {id(p): p for throughput in fields["throughput"] for p in throughput.values()}
@@ -398,7 +402,7 @@ def check_current_gpus(ck: Checker, jobs: list[JobSpec], cluster: Cluster) -> No
     """Name each GPU a running job holds that the cluster lacks or another job holds too, and a
     job running on mixed GPU types or on a type it has no throughput parameters for."""
     nodes, index = cluster.nodes, cluster.node_index  # the cluster's own: built once, not each round
-    if (cluster.holds_once(ref for job in jobs for ref in job.current_gpus) and len(cluster.gpu_types) == 1
+    if (cluster.holds_once(chain.from_iterable(job.current_gpus for job in jobs)) and len(cluster.gpu_types) == 1
             and all(cluster.nodes[0].gpu_type in job.throughput for job in jobs if job.current_gpus)):
         return  # the common case at once: each GPU exists, held once, all of one type the jobs run on
     holder: dict[tuple[str, int], str] = {}  # by (node, GPU): a GpuRef's own hash is a Python call
