@@ -7,12 +7,14 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from brute_force import best_objective, feasible_choices
 from conftest import tiny_round
 
 from schedlab.bench import random_round
 from schedlab.formulations.goodput import build_arrays, build_pyomo, decode, objective_value
 from schedlab.formulations.options import enumerate_options
+from schedlab.milp import Rows, stack_rows
 from schedlab.solvers.cpsat import solve_cpsat
 from schedlab.solvers.highs_direct import solve_highs
 from schedlab.solvers.pyomo_backend import solve_appsi_highs
@@ -94,3 +96,25 @@ def test_highspy_and_ortools_solve_in_one_process():
     a, _ = _solve(opts)
     b, _ = _solve(opts, solve_cpsat)
     assert a.objective == pytest.approx(b.objective, rel=1e-5)
+
+
+@pytest.mark.parametrize("nnz", [60, 9000])  # sorted into CSR by stack_rows, and left to scipy's conversion
+def test_stacked_rows_are_the_canonical_matrix_of_their_entries(nnz):
+    """Entries of one (row, column) summed, each row's columns in order: what HiGHS is handed."""
+    rng = np.random.default_rng(nnz)
+    blocks, triplets = [], []
+    for first_row in (0, 7, 19):  # three blocks of 7, 12 and 5 rows, with repeated (row, column) entries
+        b, size = Rows(), {0: 7, 7: 12, 19: 5}[first_row]
+        r, c, v = rng.integers(0, size, nnz // 3), rng.integers(0, 10, nnz // 3), rng.normal(size=nnz // 3)
+        b.extend([(k,) for k in range(size)], r, c, v, -math.inf, 1.0)
+        blocks.append(b)
+        triplets.append((r + first_row, c, v))
+    A, lo, hi = stack_rows(blocks, 10)
+    row, col, val = (np.concatenate(t) for t in zip(*triplets))
+    dense = np.zeros((24, 10))
+    np.add.at(dense, (row, col), val)
+    assert A.shape == (24, 10) and len(lo) == len(hi) == 24 and A.nnz < len(row)  # some entries summed
+    assert A.has_canonical_format and np.allclose(A.toarray(), dense, rtol=1e-12, atol=1e-12)
+    assert all((np.diff(A.indices[A.indptr[k]:A.indptr[k + 1]]) > 0).all() for k in range(24))
+    expected = sp.csr_matrix((val, (row, col)), shape=(24, 10))
+    assert np.array_equal(A.indices, expected.indices) and np.array_equal(A.data, expected.data)
