@@ -594,7 +594,7 @@ def _round_rows(round_input: RoundInput, groups: tuple[NodeGroup, ...]) -> tuple
     """Every job's new shapes in every usable group (within its GPU bounds), then its stay
     shape if running within bounds; ordered by job, group, shape. And each stayer's GPUs per node."""
     jobs, nodes = round_input.jobs, round_input.cluster.nodes
-    types = tuple(sorted({n.gpu_type for n in nodes}))
+    types = tuple(sorted(round_input.cluster.gpu_types))  # the cluster's own set: not a pass over its nodes each round
     eligible = _eligible(jobs, groups)
     lo = np.array([job.min_gpus for job in jobs], dtype=int)
     hi = np.array([job.max_gpus for job in jobs], dtype=int)
