@@ -48,7 +48,7 @@ def _deadline(t0: float, time_limit_s: float, model: MilpArrays) -> Callable[[st
     return check
 
 
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # a linear row's unbounded side, as CP-SAT writes it
+_INT64 = np.iinfo(np.int64)  # a linear row's unbounded side, as CP-SAT writes it
 
 
 def _linear(proto: Any, cols: np.ndarray, coeffs: np.ndarray, lo: int, hi: int) -> None:
@@ -131,11 +131,11 @@ def solve_cpsat(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: in
         row_scale = 1.0 if _is_integral(coef) else scale
         rounded = np.round(coef * row_scale)
         slack = 0 if row_scale == 1.0 else int(math.ceil(np.abs(rounded - coef * row_scale) @ magnitude[idx]))
-        terms = rounded != 0
+        cols, coeffs = idx[rounded != 0], rounded[rounded != 0]
         if np.isfinite(model.row_hi[r]):
-            _linear(proto, idx[terms], rounded[terms], _INT64_MIN, int(math.floor(model.row_hi[r] * row_scale + 1e-9)) + slack)
+            _linear(proto, cols, coeffs, int(_INT64.min), int(math.floor(model.row_hi[r] * row_scale + 1e-9)) + slack)
         if np.isfinite(model.row_lo[r]):
-            _linear(proto, idx[terms], rounded[terms], int(math.ceil(model.row_lo[r] * row_scale - 1e-9)) - slack, _INT64_MAX)
+            _linear(proto, cols, coeffs, int(math.ceil(model.row_lo[r] * row_scale - 1e-9)) - slack, int(_INT64.max))
     # 1e9 / max|c| keeps ~1e-9 relative precision on every objective coefficient in int64.
     obj_scale = 1e3 * scale / max(np.abs(model.c).max(initial=0.0), 1e-12)
     offset = int(round(model.offset * obj_scale))

@@ -99,8 +99,8 @@ def decoupled_optimum(model: MilpArrays) -> SolveOutcome | None:
     worth = np.where(model.col_lo[col] > 0, np.inf, np.where(model.col_hi[col] >= 1.0, model.c[col], -np.inf))
     best = np.full(len(model.one_rows), -np.inf)
     np.maximum.at(best, row, worth)
-    hit = np.flatnonzero((worth == best[row]) & (worth > 0))
-    v[col[hit[np.concatenate(([True], row[hit][1:] != row[hit][:-1]))]] if len(hit) else col[hit]] = 1.0
+    hit = np.flatnonzero((worth == best[row]) & (worth > 0))  # row by row, as one_row_entries reads them
+    v[col[hit[np.unique(row[hit], return_index=True)[1]]]] = 1.0  # each row's first
     if not np.isfinite(v).all() or (model.integer & (v != np.round(v))).any():
         return None
     activity = model.A @ v
