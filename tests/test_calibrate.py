@@ -18,7 +18,7 @@ from schedlab.state import ThroughputParams
 torch = pytest.importorskip("torch")
 from schedlab.calibrate import harness  # noqa: E402
 from schedlab.calibrate.harness import Measurement, measure  # noqa: E402
-from schedlab.calibrate.zoo import ZOO, build  # noqa: E402
+from schedlab.calibrate.zoo import ZOO, ZooModel, build  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +31,32 @@ def test_harness_measures_every_batch_then_each_frozen_prefix(tiny):
     assert all(m.step_time > 0 and m.steps == 3 and m.gpu_type.startswith("cpu-") for m in tiny)
     trained = [m.param_bytes for m in tiny[2:]]
     assert trained == sorted(trained, reverse=True) and trained[-1] < trained[0]
+
+
+def test_bf16_runs_the_forward_pass_in_bfloat16_and_says_so():
+    model = build("tiny-mlp")
+    seen = []
+    model.groups[0][0].register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    got = measure(model, [4, 8], "cpu", warmup=0, steps=1, precision="bf16")
+    assert set(seen) == {torch.bfloat16} and {m.precision for m in got} == {"bf16"}
+    assert all(p.dtype == torch.float32 for p in model.module.parameters())  # the weights stay float32
+    frame = table_frame(got)
+    assert set(frame.precision) == {"bf16"}
+    assert measured_table(frame, "tiny-mlp", "bf16").step_sync_s((1,), 8)[0] == pytest.approx(got[1].step_time)
+    with pytest.raises(ValueError, match=r"in fp32.*\('tiny-mlp', 'bf16'\)"):
+        measured_table(frame, "tiny-mlp")
+
+
+def test_a_weight_two_groups_share_is_frozen_with_the_first():
+    # GPT-2 style: the output projection is the token embedding
+    embed, middle, head = torch.nn.Embedding(16, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 16, bias=False)
+    head.weight = embed.weight
+    net = torch.nn.Sequential(embed, middle, head)
+    model = ZooModel("tied", net, lambda bsz, gen, device: (torch.randint(0, 16, (bsz,), generator=gen),) * 2,
+                     lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1]), ((embed,), (middle,), (head,)))
+    harness._freeze(model, 1)
+    harness.time_steps(model, 4, "cpu", warmup=0, steps=1)
+    assert embed.weight.grad is None and middle.weight.grad is not None
 
 
 def test_frozen_groups_get_no_gradient():
@@ -79,19 +105,34 @@ def test_allreduce_rows_follow_the_ring_model():
     assert frame.loc["44", "step_time"] == pytest.approx(0.1 + frame.loc["44", "sync_time"])
 
 
-def _synthetic_table(params: ThroughputParams, tmp_path):
+def _synthetic_table(params: ThroughputParams, tmp_path, batch_sizes=(8, 16, 32, 64, 128)):
     """A table whose step times follow Pollux's model exactly (gamma = 1: step = compute + sync,
-    as the fit reads step - sync as compute)."""
+    as the fit reads step - sync as compute), written as tables were before they had a precision."""
     rows = []
     for placement in ("1", "2", "4", "44", "4444"):
         n, r = len(placement), sum(map(int, placement))
-        for bsz in (8, 16, 32, 64, 128):
+        for bsz in batch_sizes:
             step = float(step_time_s(params, n, r, bsz))
             rows.append({"model": "net", "gpu_type": "gpu-x", "device": "cpu", "placement": placement, "num_nodes": n,
                          "num_replicas": r, "local_bsz": bsz, "frozen_groups": 0, "step_time": step,
                          "sync_time": float(sync_time_s(params, n, r)) if r > 1 else 0.0,
                          "samples_per_s": r * bsz / step, "peak_mem_mb": np.nan, "param_bytes": 1e8, "source": "test"})
-    return write_table(pd.DataFrame(rows, columns=COLUMNS), tmp_path / "net.csv")
+    return write_table(pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "precision"]), tmp_path / "net.csv")
+
+
+def test_a_table_without_precisions_is_read_as_fp32(tmp_path):
+    frame = read_table(_synthetic_table(ThroughputParams(0.02, 0.004, 0.3, 0.02, 0.05, 0.01, 1.0), tmp_path))
+    assert set(frame.precision) == {"fp32"}
+    assert [f.precision for f in fit_table(frame)] == ["fp32"]
+
+
+def test_the_fit_follows_a_gpu_faster_than_pollux_floor(tmp_path):
+    # NCF on an H100: ~2 ns a sample, below Pollux's 1e-8 s floor; batches up to 2 million
+    truth = ThroughputParams(1e-3, 2e-9, 0.3, 0.02, 0.05, 0.01, 1.0)
+    frame = read_table(_synthetic_table(truth, tmp_path, batch_sizes=tuple(2**k for k in range(8, 22, 3))))
+    (fit,) = fit_table(frame)
+    assert fit.rmsle < 0.05
+    assert fit.params.beta_c == pytest.approx(2e-9, rel=0.2)
 
 
 def test_fit_recovers_a_table_that_follows_the_model(tmp_path):
@@ -106,13 +147,33 @@ def test_cli_fit_prints_the_error_and_profiles(tmp_path):
     fit = [sys.executable, "-m", "schedlab.cli", "calibrate", "--fit", str(path)]
     text = subprocess.run(fit, capture_output=True, text=True, check=True).stdout
     assert "net" in text and "RMSLE" in text
-    profile = json.loads(subprocess.run(fit + ["--json"], capture_output=True, text=True, check=True).stdout)["net"]
+    profile = json.loads(subprocess.run(fit + ["--json"], capture_output=True, text=True, check=True).stdout)["net/fp32"]
     assert profile["rmsle"] < 0.05 and profile["points"] == 25
     assert set(profile["throughput_params"]["gpu-x"]) == {"alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r",
                                                          "beta_r", "gamma"}
 
 
-def test_cli_names_bad_batch_sizes():
+def test_cli_names_an_unknown_precision():
+    res = subprocess.run([sys.executable, "-m", "schedlab.cli", "calibrate", "--model", "tiny-mlp",
+                          "--precision", "fp32,fp16", "--out", "unused.csv"], capture_output=True, text=True)
+    assert res.returncode != 0 and "--precision 'fp16'" in res.stderr and "bf16" in res.stderr
+
+
+def test_shipped_gpu_tables_cover_every_job_of_a_16_node_cluster():
+    from schedlab.calibrate.table import ZOO_APPLICATIONS
+    from schedlab.models.profiles import data_dir
+
+    frame = pd.concat([read_table(p) for p in sorted((data_dir() / "calibration").glob("h100-*.csv"))])
+    assert set(frame.gpu_type) == {"NVIDIA-H100-80GB-HBM3"}
+    assert set(zip(frame.model, frame.precision)) == {(m, p) for m in [*ZOO_APPLICATIONS, "gpt2-small"]
+                                                      for p in ("fp32", "bf16")}
+    for model in ZOO_APPLICATIONS:
+        table = measured_table(frame, model, "bf16")
+        bsz = float(frame[frame.model == model].local_bsz.min())
+        for gpus_per_node in ((1,), (3,), (1, 1), (2, 3), (4, 4, 4, 3), (1,) * 16, (4,) * 16, (8, 8)):
+            step, sync = table.step_sync_s(gpus_per_node, bsz)
+            assert np.isfinite(step) and step >= sync >= 0
+
     res = subprocess.run([sys.executable, "-m", "schedlab.cli", "calibrate", "--model", "tiny-mlp",
                           "--batch-sizes", "8,x", "--out", "unused.csv"], capture_output=True, text=True)
     assert res.returncode != 0 and "--batch-sizes" in res.stderr

@@ -7,19 +7,27 @@ increasing order and measurement stops at the first that runs out of memory (CUD
 above `max_memory_bytes` when given), so the table ends at the largest batch that fits.
 With `frozen_groups`, the step is also timed with each prefix of the model's layer groups
 frozen (requires_grad off: no backward and no gradient for them), at one batch size.
+Precision (PRECISIONS): "fp32" trains in float32 (PyTorch's defaults: TF32 for convolutions, not
+for matrix products); "bf16" is automatic mixed precision, the forward pass and loss under
+torch.autocast in bfloat16 with float32 weights, gradients and optimizer (no loss scaling:
+bfloat16 has float32's range).
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
 
 from schedlab.calibrate.zoo import ZooModel
 
-__all__ = ["Measurement", "device_name", "measure", "time_steps"]
+__all__ = ["PRECISIONS", "Measurement", "device_name", "measure", "time_steps"]
+
+# precision -> the forward pass's autocast dtype (None: no autocast)
+PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,7 @@ class Measurement:
     peak_mem_mb: float
     steps: int
     param_bytes: float  # bytes of the trained (not frozen) parameters: what the all-reduce moves
+    precision: str = "fp32"  # a key of PRECISIONS
 
 
 def device_name(device: str) -> str:
@@ -50,13 +59,29 @@ def _is_oom(exc: BaseException) -> bool:
 
 
 def _freeze(model: ZooModel, frozen: int) -> None:
+    """Train only the parameters of groups `frozen` and after. A parameter shared by several groups
+    (GPT-2's output projection is its token embedding) is frozen with the first group that uses it:
+    set per group in turn, the last group's use would train the embedding, and every layer's
+    backward would run again to reach it."""
+    first: dict[int, tuple[int, torch.nn.Parameter]] = {}
     for k, group in enumerate(model.groups):
         for module in group:
             for p in module.parameters():
-                p.requires_grad_(k >= frozen)
+                first.setdefault(id(p), (k, p))
+    for k, p in first.values():
+        p.requires_grad_(k >= frozen)
 
 
-def time_steps(model: ZooModel, bsz: int, device: str, warmup: int, steps: int, seed: int = 0) -> tuple[list[float], float]:
+def _autocast(device: str, precision: str) -> AbstractContextManager:
+    """The forward pass's precision context (module docstring)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r}: use one of {', '.join(PRECISIONS)}")
+    dtype = PRECISIONS[precision]
+    return nullcontext() if dtype is None else torch.autocast(torch.device(device).type, dtype=dtype)
+
+
+def time_steps(model: ZooModel, bsz: int, device: str, warmup: int, steps: int, seed: int = 0,
+               precision: str = "fp32") -> tuple[list[float], float]:
     """Per-step seconds of `steps` timed training steps, and the peak memory in MB (CUDA only)."""
     gen = torch.Generator().manual_seed(seed)
     batch = model.batch(bsz, gen, device)
@@ -73,7 +98,9 @@ def time_steps(model: ZooModel, bsz: int, device: str, warmup: int, steps: int, 
         else:
             t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        model.loss(model.module, batch).backward()
+        with _autocast(device, precision):
+            loss = model.loss(model.module, batch)
+        loss.backward()
         opt.step()
         if cuda:
             end.record()
@@ -89,9 +116,10 @@ def time_steps(model: ZooModel, bsz: int, device: str, warmup: int, steps: int, 
 
 def measure(model: ZooModel, batch_sizes: list[int], device: str = "cpu", warmup: int = 3, steps: int = 10,
             frozen_groups: bool = False, frozen_bsz: int | None = None,
-            max_memory_bytes: float | None = None) -> list[Measurement]:
+            max_memory_bytes: float | None = None, precision: str = "fp32") -> list[Measurement]:
     """Median step time per batch size (stopping at the first that does not fit), then, with
-    frozen_groups, per frozen prefix at frozen_bsz (default: the largest batch that fit)."""
+    frozen_groups, per frozen prefix at frozen_bsz (default: the largest batch that fit), all in
+    one precision (PRECISIONS)."""
     model.module.to(device).train()
     gpu = device_name(device)
     out: list[Measurement] = []
@@ -99,7 +127,7 @@ def measure(model: ZooModel, batch_sizes: list[int], device: str = "cpu", warmup
     def one(bsz: int, frozen: int) -> Measurement | None:
         _freeze(model, frozen)
         try:
-            times, peak = time_steps(model, bsz, device, warmup, steps)
+            times, peak = time_steps(model, bsz, device, warmup, steps, precision=precision)
         except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:
             if not _is_oom(exc):
                 raise
@@ -110,7 +138,8 @@ def measure(model: ZooModel, batch_sizes: list[int], device: str = "cpu", warmup
             return None
         med = statistics.median(times)
         trained = sum(p.numel() * p.element_size() for p in model.module.parameters() if p.requires_grad)
-        return Measurement(model.name, device, gpu, bsz, frozen, med, bsz / med, peak, len(times), float(trained))
+        return Measurement(model.name, device, gpu, bsz, frozen, med, bsz / med, peak, len(times), float(trained),
+                           precision)
 
     for bsz in sorted(batch_sizes):
         m = one(bsz, 0)

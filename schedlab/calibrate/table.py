@@ -1,9 +1,10 @@
 """Calibration tables: written from measurements, fitted to Pollux's model, used as profiles.
 
-A table is a CSV with one row per (model, placement, local batch, frozen groups): the columns
-of Pollux's placements.csv (placement, local_bsz, step_time, sync_time), which the replay's
-MeasuredTable reads, plus model, gpu_type, device, num_nodes, num_replicas, frozen_groups,
-samples_per_s, peak_mem_mb and source. Measured rows have placement "1" (one GPU, no sync).
+A table is a CSV with one row per (model, precision, placement, local batch, frozen groups): the
+columns of Pollux's placements.csv (placement, local_bsz, step_time, sync_time), which the
+replay's MeasuredTable reads, plus model, gpu_type, device, num_nodes, num_replicas,
+frozen_groups, samples_per_s, peak_mem_mb, source and precision (a table written before
+precisions were measured is fp32). Measured rows have placement "1" (one GPU, no sync).
 Multi-GPU rows, which one GPU cannot measure, come from the ring all-reduce model
 (source "allreduce-model"):
     sync_s = 2 (r - 1) / r * bytes / bandwidth + 2 (r - 1) * latency
@@ -25,11 +26,20 @@ from schedlab.models.throughput import MeasuredTable, fit_throughput_params, rms
 from schedlab.state import ThroughputParams
 
 COLUMNS = ["model", "gpu_type", "device", "placement", "num_nodes", "num_replicas", "local_bsz", "frozen_groups",
-           "step_time", "sync_time", "samples_per_s", "peak_mem_mb", "param_bytes", "source"]
-DEFAULT_PLACEMENTS = ("2", "4", "44", "4444", "4" * 8, "4" * 16)
+           "step_time", "sync_time", "samples_per_s", "peak_mem_mb", "param_bytes", "source", "precision"]
+# Multi-GPU placements of the all-reduce rows: 1, 4 and 8 GPUs a node on up to 16 nodes, so that
+# MeasuredTable's interpolation over (nodes, replicas, batch) covers every job of a 16-node
+# cluster of 4- or 8-GPU nodes (Pollux's simulator stops at 16 nodes too).
+DEFAULT_PLACEMENTS = ("2", "4", "8", "11", "44", "88", "4444", "4" * 8, "1" * 16, "4" * 16, "8" * 16)
+# The fit's least time parameter: below Pollux's 1e-8 s, which an H100 beats per NCF sample (2.7 ns);
+# at 1e-8 that fit's step-time RMSLE is 0.44, at 1e-12 0.15.
+FIT_FLOOR_S = 1e-12
+# The Pollux application each zoo model (calibrate.zoo) stands for: its tables can be that
+# application's ground truth, and models.freezing has its layer profile.
+ZOO_APPLICATIONS = {"resnet18": "cifar10", "resnet50": "imagenet", "bert-base": "bert", "ncf": "ncf"}
 
-__all__ = ["COLUMNS", "DEFAULT_PLACEMENTS", "AllReduceModel", "Fit", "fit_table", "measured_table", "read_table",
-           "table_frame", "write_table"]
+__all__ = ["COLUMNS", "DEFAULT_PLACEMENTS", "FIT_FLOOR_S", "ZOO_APPLICATIONS", "AllReduceModel", "Fit", "fit_table",
+           "measured_table", "read_table", "table_frame", "write_table"]
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,8 @@ def write_table(frame: pd.DataFrame, path: str | Path) -> Path:
 def read_table(path: str | Path) -> pd.DataFrame:
     """A calibration table from CSV, placements kept as text; ValueError if a column is missing."""
     frame = pd.read_csv(path, dtype={"placement": str})
+    if "precision" not in frame.columns:  # the harness measured fp32 alone before it had the column
+        frame["precision"] = "fp32"
     missing = set(COLUMNS) - set(frame.columns)
     if missing:
         raise ValueError(f"{path}: not a calibration table, missing columns {sorted(missing)}")
@@ -101,31 +113,36 @@ def read_table(path: str | Path) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class Fit:
-    """Pollux's throughput model fitted to one model's unfrozen rows on one GPU type."""
+    """Pollux's throughput model fitted to one model's unfrozen rows on one GPU type in one precision."""
 
     model: str
     gpu_type: str
+    precision: str
     params: ThroughputParams
     rmsle: float  # step time, over every unfrozen row
     points: int
 
 
 def fit_table(frame: pd.DataFrame, seed: int = 0) -> list[Fit]:
-    """Pollux's throughput model fitted to each model's unfrozen rows, with its RMSLE."""
+    """Pollux's throughput model fitted to each model's unfrozen rows per GPU type and precision,
+    with its RMSLE."""
     out = []
-    for (model, gpu), df in frame[frame.frozen_groups == 0].groupby(["model", "gpu_type"], sort=False):
+    keys = ["model", "gpu_type", "precision"]
+    for (model, gpu, precision), df in frame[frame.frozen_groups == 0].groupby(keys, sort=False):
         n, r, m, step, sync = (df[c].to_numpy(float) for c in ("num_nodes", "num_replicas", "local_bsz", "step_time",
                                                                "sync_time"))
-        params = fit_throughput_params(n, r, m, step, sync, rng=np.random.default_rng(seed))
-        out.append(Fit(str(model), str(gpu), params, rmsle(step_time_s(params, n, r, m), step), len(df)))
+        params = fit_throughput_params(n, r, m, step, sync, rng=np.random.default_rng(seed), floor_s=FIT_FLOOR_S)
+        out.append(Fit(str(model), str(gpu), str(precision), params, rmsle(step_time_s(params, n, r, m), step), len(df)))
     return out
 
 
-def measured_table(frame: pd.DataFrame, model: str) -> MeasuredTable:
-    """One model's unfrozen rows as the replay's MeasuredTable (its ground-truth step times)."""
-    df = frame[(frame.model == model) & (frame.frozen_groups == 0)]
+def measured_table(frame: pd.DataFrame, model: str, precision: str = "fp32") -> MeasuredTable:
+    """One model's unfrozen rows in one precision as the replay's MeasuredTable (its ground-truth
+    step times)."""
+    df = frame[(frame.model == model) & (frame.frozen_groups == 0) & (frame.precision == precision)]
     if df.empty:
-        raise ValueError(f"no unfrozen rows for model {model!r}; models: {sorted(set(frame.model))}")
+        have = sorted(set(zip(frame.model, frame.precision)))
+        raise ValueError(f"no unfrozen rows for model {model!r} in {precision}; (model, precision) pairs: {have}")
     placements = df[["placement", "local_bsz", "step_time", "sync_time"]].reset_index(drop=True)
     scalability = pd.DataFrame(columns=["num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time"])
     return MeasuredTable(placements, scalability)

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["APPLICATION", "ZOO", "ZooModel", "build"]
+__all__ = ["ZOO", "ZooModel", "build"]
 
 
 @dataclass(frozen=True)
@@ -226,8 +226,6 @@ def tiny_mlp() -> ZooModel:
 
 ZOO: dict[str, Callable[[], ZooModel]] = {"resnet18": resnet18_cifar, "resnet50": resnet50, "bert-base": bert_base,
                                           "gpt2-small": gpt2_small, "ncf": ncf, "tiny-mlp": tiny_mlp}
-# the Pollux application each zoo model stands for (layer profiles of models.freezing)
-APPLICATION = {"resnet18": "cifar10", "resnet50": "imagenet", "bert-base": "bert", "ncf": "ncf"}
 
 
 def build(name: str, seed: int = 0) -> ZooModel:
