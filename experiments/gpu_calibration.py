@@ -1,0 +1,134 @@
+"""The shipped GPU calibration tables: their fit, public figures, the freezing model, a replay.
+
+Reads schedlab/data/calibration/<prefix>-*.csv (measured by experiments/calibrate_gpu.sh on one
+GPU; SOURCE.md beside them says where and how) and prints
+1. the step-time RMSLE of Pollux's throughput model per model and precision (`schedlab
+   calibrate --fit`), over every unfrozen row of the table;
+2. samples/s at the largest batch that fit, beside Lambda's published mixed-precision figures
+   for the H100 SXM (ResNet-50 2,616 img/s, BERT-base SQuAD 812 seq/s; ../docs reference 7);
+3. the frozen-prefix check: step time with the first k layer groups frozen over the full step,
+   measured against models.freezing's prediction c_k (backward = 2x forward, 1x for the first
+   group and embedding lookups), for the zoo models that stand for a Pollux application;
+4. the 8 Pollux workloads under pollux and tiresias in the Pollux world, once with the shipped
+   T4 tables and once with the GPU tables (in `--precision`) as the ground truth of cifar10,
+   imagenet, bert and ncf; deepspeech2 and yolov3 have no zoo model and keep their T4 tables.
+Ends with one JSON line (--json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import schedlab
+from schedlab.calibrate.table import ZOO_APPLICATIONS, fit_table, measured_table, read_table
+from schedlab.io import json_text
+from schedlab.models.freezing import compute_scale, layer_profile
+from schedlab.models.profiles import data_dir
+
+LAMBDA_H100_SXM = {"resnet50": 2616.0, "bert-base": 812.0}  # mixed precision, samples/s on one GPU
+WORKLOADS = tuple(f"workload-{k}" for k in range(1, 9))
+POLICIES = ("pollux", "tiresias")
+
+
+def tables(prefix: str) -> pd.DataFrame:
+    """Every shipped table of one GPU, concatenated."""
+    paths = sorted((data_dir() / "calibration").glob(f"{prefix}-*.csv"))
+    if not paths:
+        raise SystemExit(f"no tables {prefix}-*.csv in {data_dir() / 'calibration'}")
+    return pd.concat([read_table(p) for p in paths], ignore_index=True)
+
+
+def fits(frame: pd.DataFrame) -> pd.DataFrame:
+    """Step-time RMSLE per model (rows) and precision (columns)."""
+    rows = [{"model": f.model, "precision": f.precision, "rmsle": f.rmsle} for f in fit_table(frame)]
+    return pd.DataFrame(rows).pivot(index="model", columns="precision", values="rmsle")
+
+
+def peak_throughput(frame: pd.DataFrame) -> pd.DataFrame:
+    """Samples/s and local batch at the largest batch measured, per model and precision, with
+    Lambda's figure where it has one."""
+    one = frame[(frame.placement == "1") & (frame.frozen_groups == 0)]
+    largest = one.loc[one.groupby(["model", "precision"]).local_bsz.idxmax()]
+    out = largest.set_index(["model", "precision"])[["local_bsz", "samples_per_s"]]
+    out["lambda_mixed"] = [LAMBDA_H100_SXM.get(model, np.nan) for model, _ in out.index]
+    out["vs_lambda"] = out.samples_per_s / out.lambda_mixed - 1
+    return out
+
+
+def freezing_check(frame: pd.DataFrame) -> pd.DataFrame:
+    """Measured step(k frozen) / step(0) at the frozen rows' batch, and c_k predicted."""
+    one = frame[frame.placement == "1"]
+    rows = []
+    for (model, precision), df in one[one.model.isin(list(ZOO_APPLICATIONS))].groupby(["model", "precision"]):
+        frozen = df[df.frozen_groups > 0]
+        if frozen.empty:
+            continue
+        bsz = int(frozen.local_bsz.iloc[0])
+        full = float(df[(df.frozen_groups == 0) & (df.local_bsz == bsz)].step_time.iloc[0])
+        groups = layer_profile(ZOO_APPLICATIONS[model])
+        for k, step in zip(frozen.frozen_groups, frozen.step_time):
+            rows.append({"model": model, "precision": precision, "local_bsz": bsz, "frozen": int(k),
+                         "measured": step / full, "predicted": compute_scale(groups, int(k))})
+    out = pd.DataFrame(rows)
+    out["error"] = out.measured - out.predicted
+    return out
+
+
+def replays(frame: pd.DataFrame, precision: str) -> pd.DataFrame:
+    """Mean JCT per workload and policy, with the T4 tables and with the GPU's as ground truth."""
+    calibration = tuple((app, measured_table(frame, model, precision)) for model, app in ZOO_APPLICATIONS.items())
+    rows = []
+    for truth, options in (("t4", {}), ("gpu", {"calibration": calibration})):
+        for policy in POLICIES:
+            for workload in WORKLOADS:
+                summary = schedlab.replay(workload, policy, **options).summary
+                rows.append({"truth": truth, "policy": policy, "workload": workload, "mean_jct_s": summary["mean_jct_s"]})
+    return pd.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the four tables; with --json end with one JSON line of their figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prefix", default="h100", help="the tables' file prefix in schedlab/data/calibration")
+    parser.add_argument("--precision", default="bf16", help="the tables' precision the replay takes as ground truth")
+    parser.add_argument("--out", default=None, help="folder for the tables as CSV")
+    parser.add_argument("--json", action="store_true", help="end with one JSON line")
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    frame = tables(args.prefix)
+    rmsle, peak, frozen = fits(frame), peak_throughput(frame), freezing_check(frame)
+    jct = replays(frame, args.precision)
+    means = jct.groupby(["truth", "policy"]).mean_jct_s.mean().unstack("truth")
+    for title, table in (("step-time RMSLE of Pollux's model", rmsle), ("samples/s at the largest batch", peak),
+                         ("frozen step time / full step time", frozen.set_index(["model", "precision", "frozen"])),
+                         ("mean JCT (s), 8 Pollux workloads", jct.pivot(index="workload", columns=["truth", "policy"],
+                                                                        values="mean_jct_s"))):
+        print(f"\n{title}\n{table.round(4).to_markdown()}")
+    print(f"\nmean over the workloads\n{means.round(0).to_markdown()}")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, table in (("rmsle", rmsle), ("peak", peak), ("freezing", frozen), ("replays", jct)):
+            table.to_csv(out / f"{name}.csv")
+    if args.json:
+        print(json_text({
+            "gpu_type": str(frame.gpu_type.iloc[0]),
+            "rmsle": {f"{m}/{p}": float(v) for (m, p), v in rmsle.stack().items()},
+            "samples_per_s": {f"{m}/{p}": float(v) for (m, p), v in peak.samples_per_s.items()},
+            "freezing_max_abs_error": {f"{m}/{p}": float(g.error.abs().max())
+                                       for (m, p), g in frozen.groupby(["model", "precision"])},
+            "mean_jct_s": {f"{policy}/{truth}": float(v) for policy, row in means.iterrows() for truth, v in row.items()},
+            "replay_precision": args.precision,
+            "wall_s": time.perf_counter() - t0,
+        }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
