@@ -11,7 +11,15 @@ GPU; SOURCE.md beside them says where and how) and prints
    group and embedding lookups), for the zoo models that stand for a Pollux application;
 4. the 8 Pollux workloads under pollux and tiresias in the Pollux world, once with the shipped
    T4 tables and once with the GPU tables (in `--precision`) as the ground truth of cifar10,
-   imagenet, bert and ncf; deepspeech2 and yolov3 have no zoo model and keep their T4 tables.
+   imagenet, bert and ncf; deepspeech2 and yolov3 have no zoo model and keep their T4 tables;
+5. each application's speed on the GPU relative to the T4 (the `h100` column of
+   schedlab/data/type_speeds/speeds.csv): the geometric mean, over the T4 table's one-GPU local
+   batches inside the GPU table's range, of the T4's step time over the GPU's (fp32, interpolated
+   log-log), for the four zoo-backed applications;
+6. the same workloads under pollux, tiresias and sia on a mixed cluster of the same 64 GPUs, 12
+   nodes of 4 T4s and 4 of 4 H100s (`--cluster t4:12x4,h100:4x4`: a quarter upgraded; the
+   largest job, 48 GPUs, still fits on one type, which tiresias needs), every H100 derived from
+   the T4 tables by 5.
 Ends with one JSON line (--json).
 """
 
@@ -34,6 +42,7 @@ from schedlab.models.profiles import data_dir
 LAMBDA_H100_SXM = {"resnet50": 2616.0, "bert-base": 812.0}  # mixed precision, samples/s on one GPU
 WORKLOADS = tuple(f"workload-{k}" for k in range(1, 9))
 POLICIES = ("pollux", "tiresias")
+MIXED_CLUSTER, MIXED_POLICIES = "t4:12x4,h100:4x4", ("pollux", "tiresias", "sia")
 
 
 def tables(prefix: str) -> pd.DataFrame:
@@ -92,6 +101,29 @@ def replays(frame: pd.DataFrame, precision: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def speed_ratios(frame: pd.DataFrame, precision: str = "fp32") -> pd.Series:
+    """Each zoo-backed application's T4 step time over the GPU's (item 5 of the module docstring)."""
+    one = frame[(frame.placement == "1") & (frame.frozen_groups == 0) & (frame.precision == precision)]
+    out = {}
+    for model, app in ZOO_APPLICATIONS.items():
+        gpu = one[one.model == model].sort_values("local_bsz")
+        t4 = pd.read_csv(data_dir() / "pollux" / "traces" / app / "placements.csv", dtype={"placement": str})
+        t4 = t4[t4.placement == "1"]
+        bsz = t4.local_bsz.to_numpy(float)
+        inside = (bsz >= gpu.local_bsz.min()) & (bsz <= gpu.local_bsz.max())
+        gpu_s = np.exp(np.interp(np.log(bsz[inside]), np.log(gpu.local_bsz.to_numpy(float)), np.log(gpu.step_time.to_numpy())))
+        out[app] = float(np.exp(np.mean(np.log(t4.step_time.to_numpy()[inside] / gpu_s))))
+    return pd.Series(out, name="speed_vs_t4")
+
+
+def mixed_replays() -> pd.DataFrame:
+    """Mean JCT per workload and policy on the mixed T4 + H100 cluster (item 6)."""
+    rows = [{"policy": policy, "workload": workload,
+             "mean_jct_s": schedlab.replay(workload, policy, cluster=MIXED_CLUSTER).summary["mean_jct_s"]}
+            for policy in MIXED_POLICIES for workload in WORKLOADS]
+    return pd.DataFrame(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the four tables; with --json end with one JSON line of their figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -105,16 +137,23 @@ def main(argv: list[str] | None = None) -> int:
     rmsle, peak, frozen = fits(frame), peak_throughput(frame), freezing_check(frame)
     jct = replays(frame, args.precision)
     means = jct.groupby(["truth", "policy"]).mean_jct_s.mean().unstack("truth")
+    ratios, mixed = speed_ratios(frame), mixed_replays()
+    mixed_means = mixed.groupby("policy").mean_jct_s.mean()
     for title, table in (("step-time RMSLE of Pollux's model", rmsle), ("samples/s at the largest batch", peak),
                          ("frozen step time / full step time", frozen.set_index(["model", "precision", "frozen"])),
                          ("mean JCT (s), 8 Pollux workloads", jct.pivot(index="workload", columns=["truth", "policy"],
                                                                         values="mean_jct_s"))):
         print(f"\n{title}\n{table.round(4).to_markdown()}")
     print(f"\nmean over the workloads\n{means.round(0).to_markdown()}")
+    print(f"\nspeed relative to the T4 (fp32)\n{ratios.round(2).to_markdown()}")
+    by_workload = mixed.pivot(index="workload", columns="policy", values="mean_jct_s")
+    print(f"\nmean JCT (s), {MIXED_CLUSTER}\n{by_workload.round(0).to_markdown()}")
+    print(f"\nmean over the workloads, {MIXED_CLUSTER}\n{mixed_means.round(0).to_markdown()}")
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        for name, table in (("rmsle", rmsle), ("peak", peak), ("freezing", frozen), ("replays", jct)):
+        for name, table in (("rmsle", rmsle), ("peak", peak), ("freezing", frozen), ("replays", jct),
+                            ("speed_ratios", ratios), ("mixed_replays", mixed)):
             table.to_csv(out / f"{name}.csv")
     if args.json:
         print(json_text({
@@ -125,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
                                        for (m, p), g in frozen.groupby(["model", "precision"])},
             "mean_jct_s": {f"{policy}/{truth}": float(v) for policy, row in means.iterrows() for truth, v in row.items()},
             "replay_precision": args.precision,
+            "speed_vs_t4": ratios.round(4).to_dict(),
+            "mixed_mean_jct_s": {policy: float(v) for policy, v in mixed_means.items()},
+            "mixed_cluster": MIXED_CLUSTER,
             "wall_s": time.perf_counter() - t0,
         }))
     return 0

@@ -2,7 +2,8 @@
 
 The Pollux artifact measured its applications on one type (the T4, profiles.POLLUX_GPU_TYPE).
 Another type's behaviour is derived from the T4's by a per-application speed ratio rho (data
-shipped in data/type_speeds/speeds.csv, derived from Gavel's table; its SOURCE.md says how):
+shipped in data/type_speeds/speeds.csv: the P100's, V100's and K80's derived from Gavel's table,
+the H100's from our H100 calibration tables; its SOURCE.md says how):
 a micro-step's compute takes 1 / rho of its T4 time, the gradient sync as long as on the T4 (the
 links are the cluster's, not the GPU's). In Pollux's model that is the compute terms scaled:
 
