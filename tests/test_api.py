@@ -262,7 +262,7 @@ def test_bench_solves_at_the_mip_gap_asked_and_reports_the_loss_against_the_lp_b
 
     monkeypatch.setattr(latency, "solve_round", solve)
     summary = latency.run_bench(16, 10, 2, seed=3, mip_gap=0.02)
-    assert gaps == [0.02, 0.02] and summary["mip_gap"] == 0.02
+    assert gaps == [0.02] * 3 and summary["mip_gap"] == 0.02  # the warm-up round, then the two timed
     # an answer within 2 % of its own bound, and the LP relaxation's bound at least that bound
     assert 0 <= summary["gap_max"] <= 0.02 and summary["gap_vs_lp_max"] >= summary["gap_max"] - 1e-9
 
@@ -436,3 +436,22 @@ def test_cli_solver_option_and_log_keep_the_json_clean(solver, log_line):
 def test_cli_solver_option_needs_a_name_and_a_value():
     out = _cli("solve", str(EXAMPLE), "--solver", "highs", "--solver-option", "mip_rel_gap")
     assert out.returncode != 0 and "--solver-option mip_rel_gap: give NAME=VALUE" in out.stderr
+
+
+def test_bench_times_the_same_rounds_after_its_untimed_warm_up(monkeypatch):
+    import schedlab.bench.latency as latency
+
+    seen = []
+
+    def solve(ri):
+        seen.append(ri.jobs)
+        return schedlab.solve_round(ri)
+
+    monkeypatch.setattr(latency, "solve_round", solve)
+    cold = latency.run_bench(16, 10, 2, seed=3, warmup=0)
+    timed_cold = list(seen)
+    seen.clear()
+    warm = latency.run_bench(16, 10, 2, seed=3, warmup=2)
+    assert (cold["warmup_rounds"], warm["warmup_rounds"], len(seen)) == (0, 2, 4)
+    assert seen[2:] == timed_cold  # the timed rounds are seed 3's either way
+    assert cold["gap_vs_lp_max"] == warm["gap_vs_lp_max"] and cold["status_counts"] == warm["status_counts"]

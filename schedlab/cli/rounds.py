@@ -127,6 +127,8 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
                              "parameters on every type, derived from the T4 profiles (models.type_speeds)")
     parser.add_argument("--jobs", type=number(int, 0), default=100)
     parser.add_argument("--rounds", type=COUNT, default=20)
+    parser.add_argument("--warmup", type=number(int, 0), default=1,
+                        help="untimed rounds first (a process's first round pays its start-up); 0 times a cold start")
     parser.add_argument("--solver", default=Settings.solver, help="a solver name, as in solve")
     parser.add_argument("--p", default="-1", help="power-mean exponent, or -inf for max-min")
     parser.add_argument("--seed", type=number(int, 0, 2**53), default=0)
@@ -170,7 +172,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     p = -math.inf if args.p in ("-inf", "max-min") else float(args.p)
     out = run_bench(args.gpus or 64, args.jobs, args.rounds, solver=args.solver, seed=args.seed, p=p,
                     time_limit_s=args.time_limit, freeze_fraction=args.freeze, formulation=args.formulation,
-                    racks=args.racks, variability=args.variability, pools=pools, mip_gap=args.mip_gap)
+                    racks=args.racks, variability=args.variability, pools=pools, mip_gap=args.mip_gap,
+                    warmup=args.warmup)
     if args.json:
         print(json_text(out))
     else:
