@@ -38,6 +38,7 @@ from schedlab.calibrate.table import ZOO_APPLICATIONS, fit_table, measured_table
 from schedlab.io import json_text
 from schedlab.models.freezing import compute_scale, layer_profile
 from schedlab.models.profiles import data_dir
+from schedlab.models.profiles import measured_table as t4_table
 
 LAMBDA_H100_SXM = {"resnet50": 2616.0, "bert-base": 812.0}  # mixed precision, samples/s on one GPU
 WORKLOADS = tuple(f"workload-{k}" for k in range(1, 9))
@@ -59,10 +60,15 @@ def fits(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).pivot(index="model", columns="precision", values="rmsle")
 
 
+def _one_gpu(frame: pd.DataFrame) -> pd.DataFrame:
+    """The measured rows of full steps: one GPU, nothing frozen."""
+    return frame[(frame.placement == "1") & (frame.frozen_groups == 0)]
+
+
 def peak_throughput(frame: pd.DataFrame) -> pd.DataFrame:
     """Samples/s and local batch at the largest batch measured, per model and precision, with
     Lambda's figure where it has one."""
-    one = frame[(frame.placement == "1") & (frame.frozen_groups == 0)]
+    one = _one_gpu(frame)
     largest = one.loc[one.groupby(["model", "precision"]).local_bsz.idxmax()]
     out = largest.set_index(["model", "precision"])[["local_bsz", "samples_per_s"]]
     out["lambda_mixed"] = [LAMBDA_H100_SXM.get(model, np.nan) for model, _ in out.index]
@@ -103,12 +109,13 @@ def replays(frame: pd.DataFrame, precision: str) -> pd.DataFrame:
 
 def speed_ratios(frame: pd.DataFrame, precision: str = "fp32") -> pd.Series:
     """Each zoo-backed application's T4 step time over the GPU's (item 5 of the module docstring)."""
-    one = frame[(frame.placement == "1") & (frame.frozen_groups == 0) & (frame.precision == precision)]
+    one = _one_gpu(frame)
+    one = one[one.precision == precision]
     out = {}
     for model, app in ZOO_APPLICATIONS.items():
         gpu = one[one.model == model].sort_values("local_bsz")
-        t4 = pd.read_csv(data_dir() / "pollux" / "traces" / app / "placements.csv", dtype={"placement": str})
-        t4 = t4[t4.placement == "1"]
+        t4 = t4_table(app).placements
+        t4 = t4[t4.placement.astype(str) == "1"]
         bsz = t4.local_bsz.to_numpy(float)
         inside = (bsz >= gpu.local_bsz.min()) & (bsz <= gpu.local_bsz.max())
         gpu_s = np.exp(np.interp(np.log(bsz[inside]), np.log(gpu.local_bsz.to_numpy(float)), np.log(gpu.step_time.to_numpy())))
@@ -125,7 +132,7 @@ def mixed_replays() -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the four tables; with --json end with one JSON line of their figures."""
+    """Print the six tables; with --json end with one JSON line of their figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prefix", default="h100", help="the tables' file prefix in schedlab/data/calibration")
     parser.add_argument("--precision", default="bf16", help="the tables' precision the replay takes as ground truth")
