@@ -446,6 +446,25 @@ def test_a_cluster_object_is_checked_once_and_a_bad_one_every_time():
         assert any(p.startswith("cluster.nodes[0].gpus") for p in _checked(bad))
 
 
+def test_parameters_kept_as_given_are_remembered_by_the_object_and_a_bad_one_never():
+    # A replay hands every round the same parameter and batch objects: found valid once, they are
+    # not checked again. The memory holds each object, so a bad one made after a good one is freed
+    # (and may take its address) is still refused.
+    ri = _plain_round()
+    job = ri.jobs[0]
+    params = next(iter(job.throughput.values()))
+
+    def with_params(p):
+        return replace(ri, jobs=(replace(job, throughput=dict.fromkeys(job.throughput, p)), *ri.jobs[1:]))
+
+    for _ in range(20):
+        good = replace(params, gamma=2.0)
+        assert parse_round_input(with_params(good)).jobs[0].throughput == dict.fromkeys(job.throughput, good)
+        del good
+        problems = _checked(with_params(replace(params, gamma=20.0)))
+        assert isinstance(problems, list) and any("gamma" in p for p in problems)
+
+
 def _edges(spec: dict) -> list:
     integer = "integer" in (spec["type"] if isinstance(spec["type"], list) else [spec["type"]])
     tiny = [1 if integer else 1e-9] if "exclusiveMinimum" in spec else []
