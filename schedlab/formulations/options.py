@@ -398,10 +398,19 @@ def placeable_gpus(cluster: Cluster, count: int, runs: Callable[[int], bool] = l
 
 def group_shapes(grp: NodeGroup) -> tuple[np.ndarray, np.ndarray]:
     """(nodes, GPUs) of the group's new configurations: its chain levels on one node, then
-    whole-node counts."""
-    multi = multi_node_counts(len(grp.nodes))
-    return (np.array([1] * len(grp.levels) + multi, dtype=int),
-            np.array(list(grp.levels) + [n * grp.gpus_per_node for n in multi], dtype=int))
+    whole-node counts (read-only arrays)."""
+    return _shapes(len(grp.nodes), grp.gpus_per_node)
+
+
+@cache  # every group of every round: a tenth of a small round's option rows
+def _shapes(num_nodes: int, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray]:
+    multi = multi_node_counts(num_nodes)
+    levels = chain_levels(gpus_per_node)
+    shapes = (np.array([1] * len(levels) + multi, dtype=int),
+              np.array(list(levels) + [n * gpus_per_node for n in multi], dtype=int))
+    for a in shapes:
+        a.flags.writeable = False
+    return shapes
 
 
 def _eligible(jobs: tuple[JobSpec, ...], groups: tuple[NodeGroup, ...]) -> np.ndarray:
@@ -511,8 +520,9 @@ def distinct_values(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def dense_ids(values: np.ndarray) -> np.ndarray:
-    """Each value's rank among the distinct values (ids 0..k-1)."""
-    return np.unique(values, return_inverse=True)[1].ravel()
+    """Each value's rank among the distinct values (ids 0..k-1); all 0 at once where every value
+    is the same (most rounds' fixed batches, a freeze level's scales)."""
+    return distinct_values(values)[1]
 
 
 def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
