@@ -201,11 +201,16 @@ def _csr(row: np.ndarray, col: np.ndarray, val: np.ndarray, shape: tuple[int, in
         return sp.csr_matrix((val, (row, col)), shape=shape)
     if len(col) and not 0 <= col.min() <= col.max() < shape[1]:  # scipy's own check, which the CSR arrays skip
         raise ValueError(f"column index out of range [0, {shape[1]})")
-    order = np.lexsort((col, row))
+    key = row.astype(np.int64) * shape[1] + col
+    order = np.argsort(key, kind="stable")
     indptr = np.zeros(shape[0] + 1, dtype=np.int32)
     np.cumsum(np.bincount(row, minlength=shape[0]), out=indptr[1:])
     A = sp.csr_matrix((val[order], col[order].astype(np.int32), indptr), shape=shape)
-    A.sum_duplicates()
+    sorted_key = key[order]
+    if (sorted_key[1:] != sorted_key[:-1]).all():
+        A.has_canonical_format = True  # sorted and no entry twice: scipy's own scan for it is skipped
+    else:
+        A.sum_duplicates()
     return A
 
 
