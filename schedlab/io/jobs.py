@@ -241,36 +241,21 @@ def valid_as_given(ck: Checker, jobs: Any, cluster: Cluster) -> bool:
                               and _kept(tuple(map(_GPU, refs)), _GPU_INDEX, int, optional=False)))):
         return False
     found = len(ck.problems)
-    params = [p for p in {id(p): p for throughput in fields["throughput"] for p in throughput.values()}.values()
-              if _KEPT.get(id(p)) is not p]
-    batches = [b for b in {id(b): b for b in fields["batch"]}.values() if _KEPT.get(id(b)) is not b]
+    params = {id(p): p for throughput in fields["throughput"] for p in throughput.values()}
+    batches = {id(b): b for b in fields["batch"]}
     total = cluster.total_gpus
     kept = True
     for job in jobs:
         kept &= _same(job.grad_stats, _check_grad(ck, job.grad_stats, "jobs.grad_stats"))
         _check_gpu_limits(ck, "jobs", job.min_gpus, job.max_gpus, total)
-    kept = (kept and all(_same(p, _parse_params(ck, p, "jobs.throughput_params")) for p in params)
+    kept = (kept and all(_same(p, _parse_params(ck, p, "jobs.throughput_params")) for p in params.values())
             and all(_same(b, ck.once(b, "batch", functools.partial(_check_batch, ck, b, "jobs.batch")))
-                    for b in batches)
+                    for b in batches.values())
             and not any(map(cluster.projections, fields["throughput"])))
     if len(ck.problems) > found or not kept:
         del ck.problems[found:]
         return False
-    _remember_kept(params + batches)
     return True
-
-
-# Throughput parameters and batch limits found kept as given, by id, each held so that its id is
-# not reused: they are frozen, so they stay valid, and a replay hands every round the same few
-# objects (its applications', its jobs' fits), which were a third of checking a 7-job round.
-_KEPT: dict[int, object] = {}
-_KEPT_MAX = 1 << 16
-
-
-def _remember_kept(objects: list) -> None:
-    if len(_KEPT) + len(objects) > _KEPT_MAX:
-        _KEPT.clear()
-    _KEPT.update((id(obj), obj) for obj in objects)
 
 
 def _same(given: Any, parsed: Any) -> bool:
