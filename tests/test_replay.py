@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import subprocess
 import sys
+import weakref
 
 import numpy as np
 import pandas as pd
@@ -20,7 +22,7 @@ from schedlab.sim.engine import replay
 from schedlab.sim.jobs import JobAgent, JobState, TraceJob, advance, isolated_time_s, reallocate
 from schedlab.sim.truth import application_truth
 from schedlab.sim.world import WORLDS, ReplayConfig
-from schedlab.state import GpuRef
+from schedlab.state import GpuRef, GradStats
 from schedlab.traces import (
     load_philly,
     load_sia_philly,
@@ -157,6 +159,23 @@ def test_a_replayed_jobs_batch_is_the_best_batch_of_its_own_model(nodes, per_nod
     split = agent.choose_split(nodes, r, grad, None)
     assert (split.local_bsz, split.accum_steps) == (int(expected.local_bsz[0]), int(expected.accum_steps[0]))
 
+
+def test_a_remembered_batch_holds_its_statistics_so_new_ones_are_never_taken_for_them():
+    """A job's batch is remembered by the identity of its model and statistics: the memory holds
+    those objects, so a new object never gets a dead one's id (and its answer); one with the
+    same values but another identity gets the same batch, computed afresh."""
+    truth = application_truth("cifar10")
+    agent = JobAgent(truth, adaptive=True)
+    agent.observe(1, 1, 64, *truth.step_sync_s((1,), 64))
+    agent.observe(1, 4, 64, *truth.step_sync_s((4,), 64))
+    measured = truth.grad_stats(truth.init_bsz * 3.0, 7)
+    grad = GradStats(measured.sqr, measured.var)  # an object only this test holds
+    held = weakref.ref(grad)
+    split = agent.choose_split(1, 4, grad, None)
+    del grad
+    gc.collect()
+    assert held() is not None
+    assert agent.choose_split(1, 4, GradStats(measured.sqr, measured.var), None) == split
 
 def test_a_job_finishing_mid_round_gets_its_exact_completion_time():
     truth = application_truth("ncf")

@@ -200,14 +200,30 @@ def _fit(points: tuple[tuple[float, ...], ...], start: ThroughputParams | None) 
     return fit_throughput_params(n, r, m, step, sync, restarts=0, start=start)
 
 
-@lru_cache(maxsize=1 << 16)
 def _best_split(params: ThroughputParams, grad: GradStats, limits: BatchLimits, num_nodes: int,
                 num_replicas: int) -> BatchSplit:
     """models.efficiency.best_batch of one shape, its grid's throughput computed once per model:
-    a job's gradient statistics change every epoch, its model only when it is refitted."""
+    a job's gradient statistics change every epoch, its model only when it is refitted.
+
+    Remembered by the objects' identities, not their values: an agent asks every epoch it
+    crosses (99 % of asks repeat one), with the same parameters (until a refit) and the
+    gradient statistics _epoch_gain keeps, and hashing three dataclasses by value was most of
+    an ask. The objects are held with the answer, so their ids are not reused."""
+    key = (id(params), id(grad), id(limits), num_nodes, num_replicas)
+    hit = _SPLITS.get(key)
+    if hit is not None and hit[0] is params and hit[1] is grad and hit[2] is limits:
+        return hit[3]
     grid, grid_throughput = _grid_throughput(params, limits, num_nodes, num_replicas)
     choice = best_on_grid(grid, grid_throughput, grad, limits.init_bsz, np.array([num_replicas]))
-    return BatchSplit(int(choice.local_bsz[0]), int(choice.accum_steps[0]))
+    split = BatchSplit(int(choice.local_bsz[0]), int(choice.accum_steps[0]))
+    if len(_SPLITS) >= SPLIT_MEMO_SIZE:
+        _SPLITS.clear()
+    _SPLITS[key] = (params, grad, limits, split)
+    return split
+
+
+SPLIT_MEMO_SIZE = 1 << 16  # starts over when full
+_SPLITS: dict[tuple[int, ...], tuple[ThroughputParams, GradStats, BatchLimits, BatchSplit]] = {}
 
 
 @lru_cache(maxsize=1 << 12)
