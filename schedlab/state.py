@@ -15,9 +15,9 @@ from functools import cached_property
 from operator import attrgetter
 from typing import Any, TypeVar
 
-__all__ = ["APP_CLASS", "DEFAULT_CLASS", "BatchLimits", "Cluster", "FreezePenalty", "FreezeSpec", "GpuRef", "GradStats",
-           "JobAllocation", "JobSpec", "LayerGroup", "Node", "Rack", "RoundInput", "RoundResult", "Settings", "Status",
-           "ThroughputParams", "Topology", "variability_class"]
+__all__ = ["APP_CLASS", "DEFAULT_CLASS", "BatchLimits", "Cluster", "FreezePenalty", "FreezeSpec", "GpuLayout", "GpuRef",
+           "GradStats", "JobAllocation", "JobSpec", "LayerGroup", "Node", "Rack", "RoundInput", "RoundResult", "Settings",
+           "Status", "ThroughputParams", "Topology", "variability_class"]
 
 _T = TypeVar("_T")
 
@@ -148,11 +148,39 @@ class Cluster:
         """Every GPU as (node id, index): what a GPU reference must name to exist."""
         return frozenset((n.id, i) for n in self.nodes for i in range(n.gpus))
 
-    def holds_once(self, gpus: Iterable[GpuRef]) -> bool:
-        """Whether every one of `gpus` exists in the cluster and none comes twice (the check of a
-        round's GPUs at once, before naming any that fail it one by one)."""
-        keys = list(map(_NODE_AND_GPU, gpus))
-        return len(set(keys)) == len(keys) and self.gpu_keys.issuperset(keys)
+    def holds_once(self, held: Iterable[tuple[GpuRef, ...]]) -> bool:
+        """Whether every GPU of `held` (one tuple per job) exists in the cluster and none comes
+        twice, within a tuple or across them (the check of a round's GPUs at once, before naming
+        any that fail it one by one)."""
+        layouts = [self.layout(gpus) for gpus in held]
+        if not all(layout.valid for layout in layouts):
+            return False
+        return len(frozenset().union(*(layout.slots for layout in layouts))) == sum(len(lay.slots) for lay in layouts)
+
+    def layout(self, gpus: tuple[GpuRef, ...]) -> GpuLayout:
+        """Where `gpus` lie on this cluster (GpuLayout), remembered by the tuple's identity: a
+        replay hands a running job the same tuple round after round, and parsing, valuing,
+        decoding and verifying a round each read where it lies (a tuple is held while its
+        layout is, so its id is not reused)."""
+        if type(gpus) is not tuple:
+            return GpuLayout(self, tuple(gpus))
+        memo: dict[int, tuple[tuple[GpuRef, ...], GpuLayout]] = self.derive(_LAYOUTS, dict)
+        hit = memo.get(id(gpus))
+        if hit is not None and hit[0] is gpus:
+            return hit[1]
+        if len(memo) >= LAYOUT_MEMO_TUPLES:
+            memo.clear()
+        layout = GpuLayout(self, gpus)
+        memo[id(gpus)] = (gpus, layout)
+        return layout
+
+    @cached_property
+    def first_slot(self) -> dict[str, int]:
+        """Node id -> the number of its GPU 0 when every GPU is numbered in node order (GpuLayout.slots)."""
+        firsts = [0]
+        for n in self.nodes[:-1]:
+            firsts.append(firsts[-1] + n.gpus)
+        return {n.id: first for n, first in zip(self.nodes, firsts)}
 
     @cached_property
     def has_variability(self) -> bool:
@@ -173,6 +201,52 @@ class Cluster:
         if key not in self.derived:
             self.derived[key] = make()
         return self.derived[key]
+
+
+_LAYOUTS = "state: GPU layouts"  # Cluster.derived's key: id(tuple) -> (the tuple, its GpuLayout)
+LAYOUT_MEMO_TUPLES = 1 << 14  # the memo starts over when full (a replay holds a few hundred jobs at a time)
+
+
+class GpuLayout:
+    """Where a tuple of GPUs lies on a cluster (Cluster.layout), each part computed when first read.
+
+    valid: every GPU exists and none comes twice; where not, the other parts are empty.
+    slots: every GPU as its number in the cluster (node order, then index), for disjointness
+    checks. per_node: node index -> the GPU indices held there, nodes in the order the tuple
+    first names them; counts: node index -> how many (the same order). in_order: the tuple is
+    sorted (GpuRef's order), as a job's allocation is."""
+
+    def __init__(self, cluster: Cluster, gpus: tuple[GpuRef, ...]):
+        self._index, self._first = cluster.node_index, cluster.first_slot  # not the cluster: its memo holds this
+        self._keys = keys = list(map(_NODE_AND_GPU, gpus))
+        self.valid = len(set(keys)) == len(keys) and cluster.gpu_keys.issuperset(keys)
+
+    @cached_property
+    def slots(self) -> frozenset[int]:
+        """Every GPU's number in the cluster (Cluster.first_slot)."""
+        first = self._first
+        return frozenset(first[node] + gpu for node, gpu in self._keys) if self.valid else frozenset()
+
+    @cached_property
+    def per_node(self) -> Mapping[int, frozenset[int]]:
+        """Node index -> the GPU indices held there (do not mutate: shared)."""
+        if not self.valid:
+            return {}
+        index = self._index
+        per_node: dict[int, set[int]] = {}
+        for node, gpu in self._keys:
+            per_node.setdefault(index[node], set()).add(gpu)
+        return {k: frozenset(ids) for k, ids in per_node.items()}
+
+    @cached_property
+    def counts(self) -> Mapping[int, int]:
+        """Node index -> how many GPUs are held there (do not mutate: shared)."""
+        return {k: len(ids) for k, ids in self.per_node.items()}
+
+    @cached_property
+    def in_order(self) -> bool:
+        """Whether the tuple is sorted in GpuRef's order."""
+        return self._keys == sorted(self._keys)
 
 
 @dataclass(frozen=True, order=True)

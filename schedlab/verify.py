@@ -5,8 +5,6 @@ Deliberately shares no code with the formulations: it reads only the input and t
 
 from __future__ import annotations
 
-from itertools import chain
-
 from schedlab.errors import VerificationError
 from schedlab.state import JobAllocation, RoundInput
 
@@ -34,7 +32,7 @@ def problems(round_input: RoundInput, allocations: tuple[JobAllocation, ...], bu
     holder: dict[tuple[str, int], str] = {}
     # The common case at once: every GPU exists and is held once (then the GPU by GPU checks below
     # would find nothing); on one GPU type, every allocation's type is that one.
-    gpus_fine = cluster.holds_once(chain.from_iterable(a.gpus for a in allocations))
+    gpus_fine = cluster.holds_once(a.gpus for a in allocations)
     one_type = [next(iter(cluster.gpu_types))] if gpus_fine and len(cluster.gpu_types) == 1 else None
     for a in allocations:
         if a.job_id not in jobs:

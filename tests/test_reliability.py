@@ -21,7 +21,8 @@ import pytest
 from schedlab import InputError, solve_round
 from schedlab.bench import capacity_violations, run_mutated, run_valid, valid_round
 from schedlab.io import MAX_GPUS_PER_NODE, MAX_JOBS, load_json, parse_round_input, round_input_to_dict
-from schedlab.state import RoundInput
+from schedlab.state import GpuRef, JobAllocation, RoundInput
+from schedlab.verify import problems as verify_problems
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "round-16x4.json"
 
@@ -464,6 +465,32 @@ def test_parameters_kept_as_given_are_remembered_by_the_object_and_a_bad_one_nev
         problems = _checked(with_params(replace(params, gamma=20.0)))
         assert isinstance(problems, list) and any("gamma" in p for p in problems)
 
+
+def test_a_jobs_gpus_are_remembered_by_the_tuple_and_one_held_twice_is_still_refused():
+    # A replay hands a running job the same tuple of GPUs round after round: where it lies is
+    # worked out once (Cluster.layout). The memory holds each tuple, so a tuple naming a GPU twice
+    # or a GPU the cluster lacks, made after a good one is freed (and may take its address), is
+    # still refused, in the round's input and in an answer.
+    ri = _plain_round()
+    held = {ref.node for job in ri.jobs for ref in job.current_gpus}
+    node = next(n for n in ri.cluster.nodes if n.id not in held and n.gpus >= 2)
+
+    def running_on(gpus):
+        return replace(ri, jobs=(replace(ri.jobs[0], current_gpus=gpus, max_gpus=len(gpus)), *ri.jobs[1:]))
+
+    others = tuple(JobAllocation(j.id) for j in ri.jobs[1:])
+    for second in (GpuRef(node.id, 0), GpuRef(node.id, node.gpus)):  # the first GPU again; one the node lacks
+        for _ in range(20):
+            good = (GpuRef(node.id, 0), GpuRef(node.id, 1))
+            assert _checked(running_on(good)).jobs[0].current_gpus == good
+            del good
+            bad = (GpuRef(node.id, 0), second)
+            problems = _checked(running_on(bad))
+            assert isinstance(problems, list) and any(p.startswith("jobs[0].current_gpus") for p in problems)
+            del bad
+            bad = (GpuRef(node.id, 0), second)
+            answer = (JobAllocation(ri.jobs[0].id, bad, local_bsz=1, total_bsz=2), *others)
+            assert any("GPU" in p for p in verify_problems(ri, answer))
 
 def _edges(spec: dict) -> list:
     integer = "integer" in (spec["type"] if isinstance(spec["type"], list) else [spec["type"]])

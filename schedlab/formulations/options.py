@@ -56,7 +56,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import cache, cached_property
 from operator import attrgetter
@@ -162,7 +162,7 @@ class OptionSet(OptionCounts):
     local_bsz: np.ndarray
     accum_steps: np.ndarray
     U0: np.ndarray
-    stay_nodes: dict[int, dict[int, int]]
+    stay_nodes: dict[int, Mapping[int, int]]
     frozen_groups: np.ndarray | None = None  # freeze level of each option (formulations.freezing)
     freeze_penalty: np.ndarray | None = None  # accuracy penalty each option spends this round
 
@@ -297,7 +297,8 @@ def job_allocations(opts, picked: np.ndarray, gpus_of: dict[int, tuple[GpuRef, .
             out.append(JobAllocation(job.id))
             continue
         given = gpus_of[columns[i]]
-        gpus = tuple(sorted(given, key=_GPU_ORDER))
+        # a stayer's own tuple, where already in order: its layout is known (Cluster.layout)
+        gpus = given if given is job.current_gpus and cluster.layout(given).in_order else tuple(sorted(given, key=_GPU_ORDER))
         out.append(JobAllocation(
             job_id=job.id, gpus=gpus, total_bsz=r[i] * local[i] * (accum[i] + 1), local_bsz=local[i],
             accum_steps=accum[i], goodput=goodput[i], speedup=speedup[i],
@@ -417,14 +418,6 @@ def _eligible(jobs: tuple[JobSpec, ...], groups: tuple[NodeGroup, ...]) -> np.nd
     """(jobs x groups) mask: the job has throughput parameters for the group's GPU type."""
     return np.array([[g.gpu_type in job.throughput for g in groups] for job in jobs], dtype=bool).reshape(
         len(jobs), len(groups))
-
-
-def _stay_shape(job: JobSpec, node_index: dict[str, int]) -> dict[int, int]:
-    counts: dict[int, int] = {}
-    for ref in job.current_gpus:
-        k = node_index[ref.node]
-        counts[k] = counts.get(k, 0) + 1
-    return counts
 
 
 @dataclass(frozen=True)
@@ -600,7 +593,7 @@ def option_best_batch(opts: OptionSet, which: np.ndarray, compute: np.ndarray, s
                        scale=(np.asarray(compute, dtype=float), np.asarray(sync, dtype=float)))
 
 
-def _round_rows(round_input: RoundInput, groups: tuple[NodeGroup, ...]) -> tuple[_Rows, dict[int, dict[int, int]]]:
+def _round_rows(round_input: RoundInput, groups: tuple[NodeGroup, ...]) -> tuple[_Rows, dict[int, Mapping[int, int]]]:
     """Every job's new shapes in every usable group (within its GPU bounds), then its stay
     shape if running within bounds; ordered by job, group, shape. And each stayer's GPUs per node."""
     jobs, nodes = round_input.jobs, round_input.cluster.nodes
@@ -616,13 +609,13 @@ def _round_rows(round_input: RoundInput, groups: tuple[NodeGroup, ...]) -> tuple
         jj, ss = np.nonzero((shape_gpus >= lo[mine, None]) & (shape_gpus <= hi[mine, None]))
         parts.append(np.stack([mine[jj], np.full(len(jj), g), ss, shape_nodes[ss], shape_gpus[ss],
                                np.full(len(jj), types.index(grp.gpu_type))]))
-    node_index = round_input.cluster.node_index
-    stay_nodes: dict[int, dict[int, int]] = {}
+    layout = round_input.cluster.layout
+    stay_nodes: dict[int, Mapping[int, int]] = {}
     stays = []
     for j in np.flatnonzero(eligible.any(axis=1)).tolist():
         job = jobs[j]
         if job.running and job.min_gpus <= len(job.current_gpus) <= job.max_gpus:
-            counts = _stay_shape(job, node_index)
+            counts = layout(job.current_gpus).counts
             stay_nodes[j] = counts
             gpu_type = types.index(nodes[next(iter(counts))].gpu_type)
             stays.append((j, -1, len(groups), len(counts), len(job.current_gpus), gpu_type))

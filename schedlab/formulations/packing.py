@@ -64,13 +64,13 @@ class NodeState:
         self._by_id: dict[int, list[list[int]]] = {}  # id(nodes) -> buckets (the tuple is in _groups)
 
     def take_exact(self, gpus: tuple[GpuRef, ...]) -> bool:
-        """Take these exact GPUs if all are free (a job staying where it is)."""
-        wanted: dict[int, set[int]] = {}
-        for g in gpus:
-            wanted.setdefault(self.index[g.node], set()).add(g.gpu)
-        if not all(ids <= set(self.free[k]) for k, ids in wanted.items()):
+        """Take these exact GPUs if all are free (a job staying where it is); False, taking
+        none, where one is not (or does not exist, or comes twice)."""
+        layout = self.cluster.layout(gpus)  # a stayer's tuple is met round after round
+        changed = self._changed
+        if not layout.valid or not all(k not in changed or ids.issubset(self.free[k]) for k, ids in layout.per_node.items()):
             return False
-        for k, ids in wanted.items():
+        for k, ids in layout.per_node.items():
             self.set_free(k, [i for i in self.free[k] if i not in ids])
         return True
 

@@ -402,7 +402,7 @@ def check_current_gpus(ck: Checker, jobs: list[JobSpec], cluster: Cluster) -> No
     """Name each GPU a running job holds that the cluster lacks or another job holds too, and a
     job running on mixed GPU types or on a type it has no throughput parameters for."""
     nodes, index = cluster.nodes, cluster.node_index  # the cluster's own: built once, not each round
-    if (cluster.holds_once(chain.from_iterable(job.current_gpus for job in jobs)) and len(cluster.gpu_types) == 1
+    if (cluster.holds_once(job.current_gpus for job in jobs) and len(cluster.gpu_types) == 1
             and all(cluster.nodes[0].gpu_type in job.throughput for job in jobs if job.current_gpus)):
         return  # the common case at once: each GPU exists, held once, all of one type the jobs run on
     holder: dict[tuple[str, int], str] = {}  # by (node, GPU): a GpuRef's own hash is a Python call
