@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import chain
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -108,9 +109,9 @@ class Structure:
     """Index sets shared by the array and the Pyomo builds, so both are the same model."""
 
     item_size: np.ndarray  # z_c (0 for stay options)
-    single_stayer: dict[int, tuple[int, int]]  # k in K1 -> (stay option c, h_kc)
+    k1: tuple[np.ndarray, np.ndarray, np.ndarray]  # (k, c, h_kc): each node k of K1, its one stayer c and h_kc
     multi_stayer: dict[int, list[tuple[int, int]]]  # k in K2 -> [(c, h_kc)]
-    node_group: dict[int, int]
+    node_group: np.ndarray  # each node's group (-1: a node without GPUs)
 
 
 def max_min_weight(opts: OptionColumns) -> float:
@@ -120,22 +121,32 @@ def max_min_weight(opts: OptionColumns) -> float:
 
 def structure(opts: OptionSet) -> Structure:
     """The index sets of the module docstring: z_c, the nodes of K1 and K2 with their stayers' h_kc, each node's group."""
-    holders: dict[int, list[tuple[int, int]]] = {}
-    for j, counts in opts.stay_nodes.items():
-        c = opts.stay_option(j)
-        for k, h in counts.items():
-            holders.setdefault(k, []).append((c, h))
-    node_group = opts.round_input.cluster.derive(_NODE_GROUP, lambda: {k: g for g, grp in enumerate(opts.groups)
-                                                                      for k in grp.nodes})
+    stays = list(opts.stay_nodes.values())
+    entries = [len(counts) for counts in stays]
+    node = np.fromiter(chain.from_iterable(stays), dtype=np.int64, count=sum(entries))  # (k, c, h_kc) of every stayer
+    held = np.fromiter(chain.from_iterable(counts.values() for counts in stays), dtype=np.int64, count=sum(entries))
+    option = np.repeat(np.array([opts.stay_option(j) for j in opts.stay_nodes], dtype=np.int64), entries)
+    cluster = opts.round_input.cluster
+    alone = np.bincount(node, minlength=len(cluster.nodes))[node] == 1  # the node's only stayer
+    multi_stayer: dict[int, list[tuple[int, int]]] = {}
+    for k, c, h in zip(node[~alone].tolist(), option[~alone].tolist(), held[~alone].tolist()):
+        multi_stayer.setdefault(k, []).append((c, h))
     return Structure(
         item_size=item_sizes(opts),
-        single_stayer={k: hs[0] for k, hs in holders.items() if len(hs) == 1},
-        multi_stayer={k: hs for k, hs in holders.items() if len(hs) > 1},
-        node_group=node_group,
+        k1=(node[alone], option[alone], held[alone]),
+        multi_stayer=multi_stayer,
+        node_group=cluster.derive(_NODE_GROUP, lambda: _node_group(opts)),
     )
 
 
-_NODE_GROUP = "formulations.goodput: node -> group"  # Cluster.derived's key (the groups: options.node_groups, per cluster)
+def _node_group(opts: OptionSet) -> np.ndarray:
+    groups = np.full(len(opts.round_input.cluster.nodes), -1, dtype=np.int64)
+    for g, grp in enumerate(opts.groups):
+        groups[list(grp.nodes)] = g
+    return groups
+
+
+_NODE_GROUP = "formulations.goodput: each node's group"  # Cluster.derived's key (the groups: options.node_groups, per cluster)
 
 
 def max_min_upper(opts: OptionColumns) -> float:
@@ -166,13 +177,18 @@ def build_arrays(opts: OptionSet) -> MilpArrays:
     one, level, slots, minspd = Rows(), Rows(), Rows(), Rows()
     jobs_with = np.unique(opts.job)  # (one)
     one.extend([(int(j),) for j in jobs_with], np.searchsorted(jobs_with, opts.job), np.arange(n), np.ones(n), -inf, 1.0)
+    k1_node, k1_option, k1_held = st.k1
+    k1_group = st.node_group[k1_node]
     for g, grp in enumerate(opts.groups):  # (level)
         nodes_k2 = [k for k in sorted(st.multi_stayer) if st.node_group[k] == g]  # in grp.nodes's order
-        held = [(c, h) for k, (c, h) in st.single_stayer.items() if st.node_group[k] == g]
+        # the K1 term, one entry per stay option: its ceil(h_kc / d) summed over its nodes of K1_g
+        held, per_option = np.unique(k1_option[k1_group == g], return_inverse=True)
+        h = k1_held[k1_group == g]
         for d in grp.levels:
             new = np.flatnonzero((opts.group == g) & (st.item_size >= d))
-            col = np.concatenate([new, [c for c, _ in held], [w_index[k, d] for k in nodes_k2]])
-            val = np.concatenate([opts.num_gpus[new] / d, [math.ceil(h / d) for _, h in held], -np.ones(len(nodes_k2))])
+            col = np.concatenate([new, held, [w_index[k, d] for k in nodes_k2]])
+            held_slots = np.bincount(per_option.ravel(), weights=-(-h // d), minlength=len(held))
+            val = np.concatenate([opts.num_gpus[new] / d, held_slots, -np.ones(len(nodes_k2))])
             level.add((g, d), col, val, -inf, (len(grp.nodes) - len(nodes_k2)) * grp.gpus_per_node / d)
     _slots_rows(opts, st, w_index, slots)
     if max_min:  # (minspd): t - sum_c s'_c x_c <= 0 for every job
@@ -294,7 +310,7 @@ def build_pyomo(opts: OptionSet) -> pyo.ConcreteModel:
     def level(m, g, d):
         grp = opts.groups[g]
         new = [opts.num_gpus[c] / d * x[c] for c in np.flatnonzero(opts.group == g) if st.item_size[c] >= d]
-        held = [math.ceil(h / d) * x[c] for k, (c, h) in st.single_stayer.items() if st.node_group[k] == g]
+        held = [math.ceil(h / d) * x[c] for k, c, h in zip(*(a.tolist() for a in st.k1)) if st.node_group[k] == g]
         k2 = [k for k in grp.nodes if k in st.multi_stayer]
         if not (new or held or k2):
             return pyo.Constraint.Skip  # nothing of size >= d in the group: 0 <= capacity holds
