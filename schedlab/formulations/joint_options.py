@@ -506,11 +506,9 @@ class _Rows:
         return {k: np.asarray(v) for k, v in self.__dict__.items()}
 
 
-def _stay(job: JobSpec, cl: JointCluster, node_index: dict[str, int]) -> tuple[dict, float, float, int]:
+def _stay(job: JobSpec, cl: JointCluster, cluster: Cluster) -> tuple[dict, float, float, int]:
     """Node -> GPU indices a running job holds, its worst tier, sync scale and nodes spanned."""
-    held: dict[int, list[int]] = {}
-    for ref in job.current_gpus:
-        held.setdefault(node_index[ref.node], []).append(ref.gpu)
+    held = cluster.layout(job.current_gpus).per_node
     a = cl.classes.index(job.variability_class)
     tau = max(cl.gpu_tier[k, i][a] for k, gs in held.items() for i in gs)
     racks = {cl.rack_of[k] for k in held}
@@ -670,7 +668,6 @@ def enumerate_joint_options(ri: RoundInput, prune: bool = True) -> JointOptions:
     catalog = _catalog(ri)
     cl, demands, slots, defs, groups = catalog.cluster, catalog.demands, catalog.slots, catalog.multi, catalog.groups
     types, templates = catalog.types, catalog.templates
-    node_index = ri.cluster.node_index
     types_ok = np.array([[t in job.throughput for t in types] for job in jobs], dtype=bool).reshape(len(jobs), len(types))
     class_of = np.array([cl.classes.index(job.variability_class) for job in jobs], dtype=int)
     min_gpus, max_gpus = (np.array([getattr(job, k) for job in jobs], dtype=int) for k in ("min_gpus", "max_gpus"))
@@ -689,7 +686,7 @@ def enumerate_joint_options(ri: RoundInput, prune: bool = True) -> JointOptions:
     stay_job, stay_gpus = [], {}
     for j, job in enumerate(jobs):
         if job.running and job.min_gpus <= len(job.current_gpus) <= job.max_gpus:
-            held, tau, scale, n = _stay(job, cl, node_index)
+            held, tau, scale, n = _stay(job, cl, ri.cluster)
             gpu_type = ri.cluster.nodes[next(iter(held))].gpu_type
             if gpu_type in job.throughput:
                 stay_gpus[j] = held
