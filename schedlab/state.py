@@ -12,6 +12,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
+from itertools import chain
 from operator import attrgetter
 from typing import Any, TypeVar
 
@@ -151,11 +152,26 @@ class Cluster:
     def holds_once(self, held: Iterable[tuple[GpuRef, ...]]) -> bool:
         """Whether every GPU of `held` (one tuple per job) exists in the cluster and none comes
         twice, within a tuple or across them (the check of a round's GPUs at once, before naming
-        any that fail it one by one)."""
-        layouts = [self.layout(gpus) for gpus in held]
-        if not all(layout.valid for layout in layouts):
+        any that fail it one by one). A tuple whose layout is known (Cluster.layout) is read from
+        it; the others' GPUs are checked together, without making them layouts (a round's new
+        allocations, most of which are never met again)."""
+        memo = self._layouts
+        known, fresh = [], []
+        for gpus in held:
+            hit = memo.get(id(gpus))
+            if hit is not None and hit[0] is gpus:
+                known.append(hit[1])
+            else:
+                fresh.append(gpus)
+        keys = list(map(_NODE_AND_GPU, chain.from_iterable(fresh)))
+        if not known:
+            return len(set(keys)) == len(keys) and self.gpu_keys.issuperset(keys)
+        if not (all(layout.valid for layout in known) and self.gpu_keys.issuperset(keys)):
             return False
-        return len(frozenset().union(*(layout.slots for layout in layouts))) == sum(len(lay.slots) for lay in layouts)
+        first = self.first_slot
+        slots = [first[node] + gpu for node, gpu in keys]
+        return len(frozenset(slots).union(*(layout.slots for layout in known))) == len(slots) + sum(
+            len(layout.slots) for layout in known)
 
     def layout(self, gpus: tuple[GpuRef, ...]) -> GpuLayout:
         """Where `gpus` lie on this cluster (GpuLayout), remembered by the tuple's identity: a
@@ -164,7 +180,7 @@ class Cluster:
         layout is, so its id is not reused)."""
         if type(gpus) is not tuple:
             return GpuLayout(self, tuple(gpus))
-        memo: dict[int, tuple[tuple[GpuRef, ...], GpuLayout]] = self.derive(_LAYOUTS, dict)
+        memo = self._layouts
         hit = memo.get(id(gpus))
         if hit is not None and hit[0] is gpus:
             return hit[1]
@@ -173,6 +189,11 @@ class Cluster:
         layout = GpuLayout(self, gpus)
         memo[id(gpus)] = (gpus, layout)
         return layout
+
+    @cached_property
+    def _layouts(self) -> dict[int, tuple[tuple[GpuRef, ...], GpuLayout]]:
+        """id(tuple) -> (the tuple, its GpuLayout): Cluster.layout's memo."""
+        return {}
 
     @cached_property
     def first_slot(self) -> dict[str, int]:
@@ -203,23 +224,30 @@ class Cluster:
         return self.derived[key]
 
 
-_LAYOUTS = "state: GPU layouts"  # Cluster.derived's key: id(tuple) -> (the tuple, its GpuLayout)
 LAYOUT_MEMO_TUPLES = 1 << 14  # the memo starts over when full (a replay holds a few hundred jobs at a time)
 
 
 class GpuLayout:
-    """Where a tuple of GPUs lies on a cluster (Cluster.layout), each part computed when first read.
+    """Where a tuple of GPUs lies on a cluster (Cluster.layout): valid and counts at once, the rest when first read.
 
     valid: every GPU exists and none comes twice; where not, the other parts are empty.
-    slots: every GPU as its number in the cluster (node order, then index), for disjointness
-    checks. per_node: node index -> the GPU indices held there, nodes in the order the tuple
-    first names them; counts: node index -> how many (the same order). in_order: the tuple is
-    sorted (GpuRef's order), as a job's allocation is."""
+    counts: node index -> how many GPUs are held there, nodes in the order the tuple first names
+    them; per_node: node index -> the GPU indices held there (the same order). slots: every GPU
+    as its number in the cluster (node order, then index), for disjointness checks. in_order:
+    the tuple is sorted (GpuRef's order), as a job's allocation is."""
 
     def __init__(self, cluster: Cluster, gpus: tuple[GpuRef, ...]):
-        self._index, self._first = cluster.node_index, cluster.first_slot  # not the cluster: its memo holds this
+        # not the cluster itself: its memo holds this layout
+        self._index, self._first = cluster.node_index, cluster.first_slot
         self._keys = keys = list(map(_NODE_AND_GPU, gpus))
         self.valid = len(set(keys)) == len(keys) and cluster.gpu_keys.issuperset(keys)
+        counts: dict[int, int] = {}
+        if self.valid:  # read for every stayer of every round (a round's options): made at once
+            index = self._index
+            for node, _ in keys:
+                k = index[node]
+                counts[k] = counts.get(k, 0) + 1
+        self.counts: Mapping[int, int] = counts  # node index -> how many GPUs are held there (do not mutate: shared)
 
     @cached_property
     def slots(self) -> frozenset[int]:
@@ -237,11 +265,6 @@ class GpuLayout:
         for node, gpu in self._keys:
             per_node.setdefault(index[node], set()).add(gpu)
         return {k: frozenset(ids) for k, ids in per_node.items()}
-
-    @cached_property
-    def counts(self) -> Mapping[int, int]:
-        """Node index -> how many GPUs are held there (do not mutate: shared)."""
-        return {k: len(ids) for k, ids in self.per_node.items()}
 
     @cached_property
     def in_order(self) -> bool:

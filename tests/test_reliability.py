@@ -468,9 +468,9 @@ def test_parameters_kept_as_given_are_remembered_by_the_object_and_a_bad_one_nev
 
 def test_a_jobs_gpus_are_remembered_by_the_tuple_and_one_held_twice_is_still_refused():
     # A replay hands a running job the same tuple of GPUs round after round: where it lies is
-    # worked out once (Cluster.layout). The memory holds each tuple, so a tuple naming a GPU twice
-    # or a GPU the cluster lacks, made after a good one is freed (and may take its address), is
-    # still refused, in the round's input and in an answer.
+    # worked out once (Cluster.layout, by a round's options). The memory holds each tuple, so a
+    # tuple naming a GPU twice or a GPU the cluster lacks, made after a good one is freed (and may
+    # take its address), is still refused, in the round's input and in an answer.
     ri = _plain_round()
     held = {ref.node for job in ri.jobs for ref in job.current_gpus}
     node = next(n for n in ri.cluster.nodes if n.id not in held and n.gpus >= 2)
@@ -482,7 +482,7 @@ def test_a_jobs_gpus_are_remembered_by_the_tuple_and_one_held_twice_is_still_ref
     for second in (GpuRef(node.id, 0), GpuRef(node.id, node.gpus)):  # the first GPU again; one the node lacks
         for _ in range(20):
             good = (GpuRef(node.id, 0), GpuRef(node.id, 1))
-            assert _checked(running_on(good)).jobs[0].current_gpus == good
+            assert solve_round(running_on(good)).verified
             del good
             bad = (GpuRef(node.id, 0), second)
             problems = _checked(running_on(bad))
@@ -491,6 +491,7 @@ def test_a_jobs_gpus_are_remembered_by_the_tuple_and_one_held_twice_is_still_ref
             bad = (GpuRef(node.id, 0), second)
             answer = (JobAllocation(ri.jobs[0].id, bad, local_bsz=1, total_bsz=2), *others)
             assert any("GPU" in p for p in verify_problems(ri, answer))
+
 
 def _edges(spec: dict) -> list:
     integer = "integer" in (spec["type"] if isinstance(spec["type"], list) else [spec["type"]])

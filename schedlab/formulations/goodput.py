@@ -77,7 +77,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import chain
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -109,7 +108,7 @@ class Structure:
     """Index sets shared by the array and the Pyomo builds, so both are the same model."""
 
     item_size: np.ndarray  # z_c (0 for stay options)
-    k1: tuple[np.ndarray, np.ndarray, np.ndarray]  # (k, c, h_kc): each node k of K1, its one stayer c and h_kc
+    k1: tuple[np.ndarray, np.ndarray, np.ndarray]  # (k, c, h_kc): each node k of K1, its one stayer c and h_kc; c's together
     multi_stayer: dict[int, list[tuple[int, int]]]  # k in K2 -> [(c, h_kc)]
     node_group: np.ndarray  # each node's group (-1: a node without GPUs)
 
@@ -121,20 +120,18 @@ def max_min_weight(opts: OptionColumns) -> float:
 
 def structure(opts: OptionSet) -> Structure:
     """The index sets of the module docstring: z_c, the nodes of K1 and K2 with their stayers' h_kc, each node's group."""
-    stays = list(opts.stay_nodes.values())
-    entries = [len(counts) for counts in stays]
-    node = np.fromiter(chain.from_iterable(stays), dtype=np.int64, count=sum(entries))  # (k, c, h_kc) of every stayer
-    held = np.fromiter(chain.from_iterable(counts.values() for counts in stays), dtype=np.int64, count=sum(entries))
-    option = np.repeat(np.array([opts.stay_option(j) for j in opts.stay_nodes], dtype=np.int64), entries)
+    holders: dict[int, list[tuple[int, int]]] = {}
+    for j, counts in opts.stay_nodes.items():
+        c = opts.stay_option(j)
+        for k, h in counts.items():
+            holders.setdefault(k, []).append((c, h))
+    # a stay option's nodes of K1 come together: the nodes a stayer is first to hold, in its order
+    k1 = np.array([(k, *hs[0]) for k, hs in holders.items() if len(hs) == 1], dtype=np.int64).reshape(-1, 3).T
     cluster = opts.round_input.cluster
-    alone = np.bincount(node, minlength=len(cluster.nodes))[node] == 1  # the node's only stayer
-    multi_stayer: dict[int, list[tuple[int, int]]] = {}
-    for k, c, h in zip(node[~alone].tolist(), option[~alone].tolist(), held[~alone].tolist()):
-        multi_stayer.setdefault(k, []).append((c, h))
     return Structure(
         item_size=item_sizes(opts),
-        k1=(node[alone], option[alone], held[alone]),
-        multi_stayer=multi_stayer,
+        k1=(k1[0], k1[1], k1[2]),
+        multi_stayer={k: hs for k, hs in holders.items() if len(hs) > 1},
         node_group=cluster.derive(_NODE_GROUP, lambda: _node_group(opts)),
     )
 
@@ -181,14 +178,16 @@ def build_arrays(opts: OptionSet) -> MilpArrays:
     k1_group = st.node_group[k1_node]
     for g, grp in enumerate(opts.groups):  # (level)
         nodes_k2 = [k for k in sorted(st.multi_stayer) if st.node_group[k] == g]  # in grp.nodes's order
-        # the K1 term, one entry per stay option: its ceil(h_kc / d) summed over its nodes of K1_g
-        held, per_option = np.unique(k1_option[k1_group == g], return_inverse=True)
-        h = k1_held[k1_group == g]
-        for d in grp.levels:
+        # the K1 term, one entry per stay option: its ceil(h_kc / d) summed over its nodes of K1_g,
+        # at every level at once (a stay option's entries come together: Structure.k1)
+        option, h = k1_option[k1_group == g], k1_held[k1_group == g]
+        first = np.flatnonzero(np.diff(option, prepend=-1) != 0)
+        held_slots = np.add.reduceat(-(-h[:, None] // np.array(grp.levels)), first, axis=0) if len(first) else None
+        for i, d in enumerate(grp.levels):
             new = np.flatnonzero((opts.group == g) & (st.item_size >= d))
-            col = np.concatenate([new, held, [w_index[k, d] for k in nodes_k2]])
-            held_slots = np.bincount(per_option.ravel(), weights=-(-h // d), minlength=len(held))
-            val = np.concatenate([opts.num_gpus[new] / d, held_slots, -np.ones(len(nodes_k2))])
+            col = np.concatenate([new, option[first], [w_index[k, d] for k in nodes_k2]])
+            val = np.concatenate([opts.num_gpus[new] / d, held_slots[:, i] if held_slots is not None else [],
+                                  -np.ones(len(nodes_k2))])
             level.add((g, d), col, val, -inf, (len(grp.nodes) - len(nodes_k2)) * grp.gpus_per_node / d)
     _slots_rows(opts, st, w_index, slots)
     if max_min:  # (minspd): t - sum_c s'_c x_c <= 0 for every job
