@@ -154,7 +154,7 @@ class Cluster:
         twice, within a tuple or across them (the check of a round's GPUs at once, before naming
         any that fail it one by one). A tuple whose layout is known (Cluster.layout) is read from
         it; the others' GPUs are checked together, without making them layouts (a round's new
-        allocations, most of which are never met again)."""
+        allocations, most of which are never met again, or every tuple of a round given anew)."""
         memo = self._layouts
         known, fresh = [], []
         for gpus in held:
@@ -164,8 +164,6 @@ class Cluster:
             else:
                 fresh.append(gpus)
         keys = list(map(_NODE_AND_GPU, chain.from_iterable(fresh)))
-        if not known:
-            return len(set(keys)) == len(keys) and self.gpu_keys.issuperset(keys)
         if not (all(layout.valid for layout in known) and self.gpu_keys.issuperset(keys)):
             return False
         # GPUs as numbers: a set of a layout's numbers is kept, where one of (node, index) pairs

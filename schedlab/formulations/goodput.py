@@ -126,11 +126,12 @@ def structure(opts: OptionSet) -> Structure:
         for k, h in counts.items():
             holders.setdefault(k, []).append((c, h))
     # a stay option's nodes of K1 come together: the nodes a stayer is first to hold, in its order
-    k1 = np.array([(k, *hs[0]) for k, hs in holders.items() if len(hs) == 1], dtype=np.int64).reshape(-1, 3).T
+    k1_node, k1_option, k1_held = np.array([(k, *hs[0]) for k, hs in holders.items() if len(hs) == 1],
+                                           dtype=np.int64).reshape(-1, 3).T
     cluster = opts.round_input.cluster
     return Structure(
         item_size=item_sizes(opts),
-        k1=(k1[0], k1[1], k1[2]),
+        k1=(k1_node, k1_option, k1_held),
         multi_stayer={k: hs for k, hs in holders.items() if len(hs) > 1},
         node_group=cluster.derive(_NODE_GROUP, lambda: _node_group(opts)),
     )
@@ -182,12 +183,12 @@ def build_arrays(opts: OptionSet) -> MilpArrays:
         # at every level at once (a stay option's entries come together: Structure.k1)
         option, h = k1_option[k1_group == g], k1_held[k1_group == g]
         first = np.flatnonzero(np.diff(option, prepend=-1) != 0)
-        held_slots = np.add.reduceat(-(-h[:, None] // np.array(grp.levels)), first, axis=0) if len(first) else None
+        node_slots = -(-h[:, None] // np.array(grp.levels))  # ceil(h_kc / d), a node a row, a level a column
+        held_slots = np.add.reduceat(node_slots, first, axis=0) if len(first) else node_slots
         for i, d in enumerate(grp.levels):
             new = np.flatnonzero((opts.group == g) & (st.item_size >= d))
             col = np.concatenate([new, option[first], [w_index[k, d] for k in nodes_k2]])
-            val = np.concatenate([opts.num_gpus[new] / d, held_slots[:, i] if held_slots is not None else [],
-                                  -np.ones(len(nodes_k2))])
+            val = np.concatenate([opts.num_gpus[new] / d, held_slots[:, i], -np.ones(len(nodes_k2))])
             level.add((g, d), col, val, -inf, (len(grp.nodes) - len(nodes_k2)) * grp.gpus_per_node / d)
     _slots_rows(opts, st, w_index, slots)
     if max_min:  # (minspd): t - sum_c s'_c x_c <= 0 for every job
