@@ -275,10 +275,14 @@ def advance(state: JobState, truth: ApplicationTruth, agent: JobAgent, fixed_bsz
     now_s, seconds = now_s + delay, seconds - delay
     factors = scale(state.gpus) if scale is not None else None
     placement = state.placement
+    measured_bsz, measured = 0, (0.0, 0.0)
     while seconds > 0 and completion is None:
         total = split.total_bsz(r)
-        step, sync = _scaled(*truth.step_sync_s(placement, split.local_bsz), factors)
-        agent.observe(len(placement), r, split.local_bsz, *_recorded(step, sync, recorded_speed))
+        if split.local_bsz != measured_bsz:  # the step and the agent's record of it change with the micro-batch only
+            measured_bsz = split.local_bsz
+            measured = _scaled(*truth.step_sync_s(placement, measured_bsz), factors)
+            agent.observe(len(placement), r, measured_bsz, *_recorded(*measured, recorded_speed))
+        step, sync = measured
         pi = 0.0
         if freezing is not None and state.frozen_groups:
             step, sync = frozen_step_sync_s(step, sync, freezing.groups, state.frozen_groups)
