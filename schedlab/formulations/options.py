@@ -555,16 +555,27 @@ def prune_dominated(job: np.ndarray, group: np.ndarray, num_gpus: np.ndarray, va
     n = len(job)
     if not n:
         return np.ones(0, dtype=bool)
-    step_job, step_group, step_gpus = np.diff(job), np.diff(group), np.diff(num_gpus)
+    # steps by slicing, not np.diff: this runs for every round, most of them a few jobs'
+    step_job, step_group, step_gpus = job[1:] - job[:-1], group[1:] - group[:-1], num_gpus[1:] - num_gpus[:-1]
     ordered = ((step_job > 0) | (step_job == 0) & ((step_group > 0) | (step_group == 0) & (step_gpus >= 0))).all()
-    order = np.arange(n) if ordered else np.lexsort((num_gpus, group, job))  # options come so, from both formulations
-    segment = np.r_[0, np.cumsum((np.diff(job[order]) != 0) | (np.diff(group[order]) != 0))]
+    values = np.asarray(value, dtype=float)
+    if not ordered:  # options come ordered, from both formulations
+        order = np.lexsort((num_gpus, group, job))
+        job, group, values = job[order], group[order], values[order]
+        step_job, step_group = job[1:] - job[:-1], group[1:] - group[:-1]
+    segment = np.zeros(n, dtype=np.int64)
+    np.cumsum((step_job != 0) | (step_group != 0), out=segment[1:])
     # A running max per (job, group) segment: dense ranks of the values, shifted so that every
     # segment ranks above the ones before it; one cumulative max then never crosses a segment.
-    rank = np.unique(np.asarray(value, dtype=float)[order], return_inverse=True)[1].ravel() + segment * n
-    before = np.r_[-1, np.maximum.accumulate(rank)[:-1]]  # best of the smaller shapes (or a previous segment)
-    keep = np.ones(n, dtype=bool)
-    keep[order] = (group[order] < 0) | (rank > before)
+    rank = np.unique(values, return_inverse=True)[1].ravel() + segment * n
+    before = np.empty(n, dtype=rank.dtype)  # best of the smaller shapes (or a previous segment)
+    before[0] = -1
+    np.maximum.accumulate(rank[:-1], out=before[1:])
+    kept = (group < 0) | (rank > before)
+    if ordered:
+        return kept
+    keep = np.empty(n, dtype=bool)
+    keep[order] = kept
     return keep
 
 
@@ -607,7 +618,7 @@ def _round_rows(round_input: RoundInput, groups: tuple[NodeGroup, ...]) -> tuple
         shape_nodes, shape_gpus = group_shapes(grp)
         mine = np.flatnonzero(movable[:, g])
         jj, ss = np.nonzero((shape_gpus >= lo[mine, None]) & (shape_gpus <= hi[mine, None]))
-        parts.append(np.stack([mine[jj], np.full(len(jj), g), ss, shape_nodes[ss], shape_gpus[ss],
+        parts.append(np.array([mine[jj], np.full(len(jj), g), ss, shape_nodes[ss], shape_gpus[ss],  # not np.stack: ~2 us
                                np.full(len(jj), types.index(grp.gpu_type))]))
     layout = round_input.cluster.layout
     stay_nodes: dict[int, Mapping[int, int]] = {}
