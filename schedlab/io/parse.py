@@ -148,7 +148,8 @@ def _parse_round(ck: Checker, raw: Any) -> RoundInput:
         raw_jobs = []
     jobs = list(raw_jobs) if valid_as_given(ck, raw_jobs, cluster) else _parse_jobs(ck, raw_jobs, cluster)
     check_current_gpus(ck, jobs, cluster)
-    settings = _parse_settings(ck, raw.get("settings", {}))
+    raw_settings = raw.get("settings", {})  # a replay's rounds share one Settings: checked once (DataChecker.once)
+    settings = ck.once(raw_settings, "settings", lambda: _parse_settings(ck, raw_settings))
     round_s = ck.field(raw, "round", "round_s", "round", RoundInput.round_s, fix=_ROUND_S_FIX)
     if ck.problems:
         raise InputError(ck.problems)
