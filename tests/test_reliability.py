@@ -493,6 +493,19 @@ def test_a_jobs_gpus_are_remembered_by_the_tuple_and_one_held_twice_is_still_ref
             assert any("GPU" in p for p in verify_problems(ri, answer))
 
 
+def test_a_cluster_the_check_leaves_as_it_is_is_the_rounds_own_and_one_it_changes_is_copied():
+    # A replay hands every round the same Cluster and verifies each answer on it again: where
+    # checking leaves the cluster as it is, the round holds that very object, so what it
+    # remembers (where each job's GPUs lie) serves the caller too. A cluster the check changes
+    # (factors given as ints, read as floats) is the checked copy, never the given one.
+    ri = _plain_round()
+    assert parse_round_input(ri).cluster is ri.cluster
+    node = ri.cluster.nodes[0]
+    ints = replace(ri.cluster, nodes=(replace(node, slowdown={"classA": (1,) * node.gpus}), *ri.cluster.nodes[1:]))
+    parsed = parse_round_input(replace(ri, cluster=ints)).cluster
+    assert parsed is not ints and all(type(f) is float for f in parsed.nodes[0].slowdown["classA"])
+    assert parse_round_input(replace(ri, cluster=ints)).cluster is parsed  # checked once
+
 def _edges(spec: dict) -> list:
     integer = "integer" in (spec["type"] if isinstance(spec["type"], list) else [spec["type"]])
     tiny = [1 if integer else 1e-9] if "exclusiveMinimum" in spec else []
