@@ -20,9 +20,11 @@ import pytest
 
 from schedlab import InputError, solve_round
 from schedlab.bench import capacity_violations, run_mutated, run_valid, valid_round
+from schedlab.errors import VerificationError
 from schedlab.io import MAX_GPUS_PER_NODE, MAX_JOBS, load_json, parse_round_input, round_input_to_dict
 from schedlab.state import GpuRef, JobAllocation, RoundInput
 from schedlab.verify import problems as verify_problems
+from schedlab.verify import verify
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "round-16x4.json"
 
@@ -505,6 +507,23 @@ def test_a_cluster_the_check_leaves_as_it_is_is_the_rounds_own_and_one_it_change
     parsed = parse_round_input(replace(ri, cluster=ints)).cluster
     assert parsed is not ints and all(type(f) is float for f in parsed.nodes[0].slowdown["classA"])
     assert parse_round_input(replace(ri, cluster=ints)).cluster is parsed  # checked once
+
+def test_an_answer_that_passed_is_checked_again_on_another_round_and_for_budgets():
+    # verify remembers the last answer that passed, with its round's cluster and jobs (a replay
+    # checks solve_round's answer a second time); the same answer on other jobs, or checked for
+    # the budgets it was not checked for, is checked anew.
+    ri = parse_round_input(_full_round())
+    answer = solve_round(ri).allocations
+    frozen = ri.jobs[0].freezing
+    assert frozen is not None
+    overspent = (replace(answer[0], freeze_penalty=frozen.budget_left + 1.0), *answer[1:])
+    verify(ri, answer)
+    verify(ri, overspent, budgets=False)  # a replay lets a budget-blind policy overspend
+    with pytest.raises(VerificationError, match="above its budget"):
+        verify(ri, overspent)
+    verify(ri, answer)
+    with pytest.raises(VerificationError, match="unknown job"):
+        verify(replace(ri, jobs=ri.jobs[1:]), answer)
 
 def _edges(spec: dict) -> list:
     integer = "integer" in (spec["type"] if isinstance(spec["type"], list) else [spec["type"]])
