@@ -220,6 +220,12 @@ def _ids(column: tuple, optional: bool) -> bool:
                           and max(map(len, values)) <= MAX_ID_CHARS)
 
 
+def _node_ids(nodes: tuple, cluster: Cluster) -> bool:
+    """Whether the node ids of a round's GPU references are all usable ids (is_id): strings, each
+    the cluster's own (a replay's name nothing else), or else each read as an id."""
+    return set(map(type, nodes)) == {str} and (set(nodes) <= cluster.node_index.keys() or _ids(nodes, optional=False))
+
+
 def valid_as_given(ck: Checker, jobs: Any, cluster: Cluster) -> bool:
     """Whether `jobs` are JobSpecs that parse_job would each return unchanged, valid and with
     unique ids: the common case of a round given as dataclasses (a replay's jobs), checked field
@@ -237,7 +243,7 @@ def valid_as_given(ck: Checker, jobs: Any, cluster: Cluster) -> bool:
             and _PARAM_KEYS.isdisjoint(set().union(*fields["throughput"])) and fields["freezing"].count(None) == len(jobs)
             and not any(fields["batch_by_type"]) and not any(fields["pinned"]) and not any(fields["projected_types"])
             and all(_kept(fields[name], accept, kind, optional) for name, accept, kind, optional in _NUMBERS)
-            and (not refs or (set(map(type, refs)) == {GpuRef} and _ids(tuple(map(_NODE, refs)), optional=False)
+            and (not refs or (set(map(type, refs)) == {GpuRef} and _node_ids(tuple(map(_NODE, refs)), cluster)
                               and _kept(tuple(map(_GPU, refs)), _GPU_INDEX, int, optional=False)))):
         return False
     found = len(ck.problems)
