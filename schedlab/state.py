@@ -233,13 +233,14 @@ class GpuLayout:
     keys: each GPU as (node id, index), in the tuple's order. valid: every GPU exists and none
     comes twice; where not, the parts below are empty. counts: node index -> how many GPUs are
     held there, nodes in the order the tuple first names them; per_node: node index -> the GPU
-    indices held there (the same order). slots: every GPU as its number in the cluster
-    (Cluster.first_slot), for disjointness checks. in_order: the tuple is sorted (GpuRef's
-    order), as a job's allocation is. Shared by every reader: never changed."""
+    indices held there (the same order); rest: node index -> the GPU indices there it does not
+    hold. slots: every GPU as its number in the cluster (Cluster.first_slot), for disjointness
+    checks. in_order: the tuple is sorted (GpuRef's order), as a job's allocation is. Shared by
+    every reader: never changed."""
 
     def __init__(self, cluster: Cluster, gpus: tuple[GpuRef, ...]):
         # not the cluster itself: its memo holds this layout
-        self._index, self._first = cluster.node_index, cluster.first_slot
+        self._index, self._first, self._nodes = cluster.node_index, cluster.first_slot, cluster.nodes
         self.keys: list[tuple[str, int]] = list(map(_NODE_AND_GPU, gpus))
         self.valid = len(set(self.keys)) == len(self.keys) and cluster.gpu_keys.issuperset(self.keys)
         counts: dict[int, int] = {}
@@ -257,6 +258,12 @@ class GpuLayout:
             for node, gpu in self.keys:
                 per_node.setdefault(self._index[node], set()).add(gpu)
         return per_node
+
+    @cached_property
+    def rest(self) -> Mapping[int, tuple[int, ...]]:
+        """Node index -> that node's GPU indices not held, in order (what a free node keeps free
+        once these are taken: a stayer's, every round)."""
+        return {k: tuple(i for i in range(self._nodes[k].gpus) if i not in ids) for k, ids in self.per_node.items()}
 
     @cached_property
     def slots(self) -> frozenset[int]:

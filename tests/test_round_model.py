@@ -14,11 +14,12 @@ from conftest import tiny_round
 from schedlab.bench import random_round
 from schedlab.formulations.goodput import build_arrays, build_pyomo, decode, objective_value
 from schedlab.formulations.options import enumerate_options
+from schedlab.formulations.packing import NodeState
 from schedlab.milp import Rows, stack_rows
 from schedlab.solvers.cpsat import solve_cpsat
 from schedlab.solvers.highs_direct import solve_highs
 from schedlab.solvers.pyomo_backend import solve_appsi_highs
-from schedlab.state import Settings
+from schedlab.state import Cluster, GpuRef, Node, Settings
 from schedlab.verify import verify
 
 P_VALUES = (1.0, -1.0, -math.inf)
@@ -118,3 +119,19 @@ def test_stacked_rows_are_the_canonical_matrix_of_their_entries(nnz):
     assert all((np.diff(A.indices[A.indptr[k]:A.indptr[k + 1]]) > 0).all() for k in range(24))
     expected = sp.csr_matrix((val, (row, col)), shape=(24, 10))
     assert np.array_equal(A.indices, expected.indices) and np.array_equal(A.data, expected.data)
+
+
+def test_decoding_takes_a_stayers_gpus_once_and_places_new_shapes_beside_what_stayers_left():
+    # Stayers are taken first, each from nodes still wholly free or not; a GPU already taken is
+    # never taken again (nor any GPU of the tuple that names it), and new shapes go best fit
+    # into what the stayers left.
+    state = NodeState(Cluster(tuple(Node(f"n{k}", 4) for k in range(3))))
+    assert state.take_exact((GpuRef("n0", 1), GpuRef("n0", 2), GpuRef("n1", 0)))
+    assert state.free_gpus == 9 and list(state.free[0]) == [0, 3] and list(state.free[1]) == [1, 2, 3]
+    assert not state.take_exact((GpuRef("n0", 2),))
+    assert not state.take_exact((GpuRef("n2", 0), GpuRef("n0", 1)))
+    assert state.free_gpus == 9 and list(state.free[2]) == [0, 1, 2, 3]
+    assert state.take_exact((GpuRef("n0", 3),))
+    refs = state.take_shape((0, 1, 2), 2, 2)  # 1, 3 and 4 GPUs free: n1 and n2 fit best
+    assert refs == (GpuRef("n1", 1), GpuRef("n1", 2), GpuRef("n2", 0), GpuRef("n2", 1))
+    assert state.free_gpus == 4 and state.take_shape((0, 1, 2), 1, 3) is None

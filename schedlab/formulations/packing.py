@@ -68,7 +68,17 @@ class NodeState:
         none, where one is not (or does not exist, or comes twice)."""
         layout = self.cluster.layout(gpus)  # a stayer's tuple is met round after round
         changed = self._changed
-        if not layout.valid or not all(k not in changed or ids.issubset(self.free[k]) for k, ids in layout.per_node.items()):
+        if not layout.valid:
+            return False
+        if not self._groups and changed.isdisjoint(layout.per_node):
+            # its nodes wholly free and no group bucketed yet (stayers come first): each node
+            # keeps the layout's rest, with no bucket to keep in step
+            for k, rest in layout.rest.items():
+                self.free[k] = rest
+            self.free_gpus -= len(layout.keys)
+            changed.update(layout.per_node)
+            return True
+        if not all(k not in changed or ids.issubset(self.free[k]) for k, ids in layout.per_node.items()):
             return False
         for k, ids in layout.per_node.items():
             self.set_free(k, [i for i in self.free[k] if i not in ids])
@@ -117,8 +127,8 @@ class NodeState:
             return buckets
         at, members = _sorted_nodes(nodes)
         free = self.cluster.derive(_NODE_GPUS, lambda: _node_gpus(self.cluster))[at]
-        for k in self._changed & members:
-            free[np.searchsorted(at, k)] = len(self.free[k])
+        if changed := list(self._changed & members):
+            free[np.searchsorted(at, changed)] = [len(self.free[k]) for k in changed]
         buckets = [at[free == f].tolist() for f in range(int(free.max(initial=0)) + 1)]
         self._groups.append((nodes, members, buckets))
         self._by_id[id(nodes)] = buckets
