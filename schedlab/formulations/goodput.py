@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import chain
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -120,19 +121,23 @@ def max_min_weight(opts: OptionColumns) -> float:
 
 def structure(opts: OptionSet) -> Structure:
     """The index sets of the module docstring: z_c, the nodes of K1 and K2 with their stayers' h_kc, each node's group."""
-    holders: dict[int, list[tuple[int, int]]] = {}
-    for j, counts in opts.stay_nodes.items():
-        c = opts.stay_option(j)
-        for k, h in counts.items():
-            holders.setdefault(k, []).append((c, h))
-    # a stay option's nodes of K1 come together: the nodes a stayer is first to hold, in its order
-    k1_node, k1_option, k1_held = np.array([(k, *hs[0]) for k, hs in holders.items() if len(hs) == 1],
-                                           dtype=np.int64).reshape(-1, 3).T
+    # every (node k, stay option c, h_kc) a stayer holds, stayer by stayer, each in its nodes' order
+    stayers = opts.stay_nodes
+    per_stayer = [len(counts) for counts in stayers.values()]
+    node = np.fromiter(chain.from_iterable(stayers.values()), dtype=np.int64, count=sum(per_stayer))
+    held = np.fromiter(chain.from_iterable(counts.values() for counts in stayers.values()), dtype=np.int64,
+                       count=len(node))
+    option = np.repeat(np.array([opts.stay_option(j) for j in stayers], dtype=np.int64), per_stayer)
+    holders = np.bincount(node, minlength=1)[node]  # stayers on each entry's node
+    alone = holders == 1  # a stay option's nodes of K1 come together: the nodes it alone holds, in its order
+    multi_stayer: dict[int, list[tuple[int, int]]] = {}
+    for k, c, h in zip(*(a[~alone].tolist() for a in (node, option, held))):
+        multi_stayer.setdefault(k, []).append((c, h))
     cluster = opts.round_input.cluster
     return Structure(
         item_size=item_sizes(opts),
-        k1=(k1_node, k1_option, k1_held),
-        multi_stayer={k: hs for k, hs in holders.items() if len(hs) > 1},
+        k1=(node[alone], option[alone], held[alone]),
+        multi_stayer=multi_stayer,
         node_group=cluster.derive(_NODE_GROUP, lambda: _node_group(opts)),
     )
 
