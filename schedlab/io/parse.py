@@ -248,9 +248,9 @@ def _parse_cluster(ck: Checker, raw: Any) -> Cluster:
     found = len(ck.problems)
     cluster = _check_cluster(ck, raw)
     if len(ck.problems) == found:
-        # the given object itself where checking changed nothing, so that the rounds share what
-        # it remembers (Cluster.derived, Cluster.layout) with their caller: a replay verifies
-        # each answer again on its own cluster, and read every GPU anew on a copy's
+        # the given object itself where checking changed nothing: the rounds then share what it
+        # remembers (Cluster.derived, Cluster.layout) with their caller, such as a replay, which
+        # verifies each answer again on it
         cluster = raw.derived[_CHECKED] = raw if _identical(raw, cluster) else cluster
     return cluster
 
