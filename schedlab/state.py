@@ -155,12 +155,10 @@ class Cluster:
         any that fail it one by one). A tuple whose layout is known (Cluster.layout) is read from
         it; the others' GPUs are checked together, without making them layouts (a round's new
         allocations, most of which are never met again, or every tuple of a round given anew)."""
-        memo = self._layouts
         known, fresh = [], []
         for gpus in held:
-            hit = memo.get(id(gpus))
-            if hit is not None and hit[0] is gpus:
-                known.append(hit[1])
+            if (layout := self._known_layout(gpus)) is not None:
+                known.append(layout)
             else:
                 fresh.append(gpus)
         keys = list(map(_NODE_AND_GPU, chain.from_iterable(fresh)))
@@ -180,15 +178,19 @@ class Cluster:
         layout is, so its id is not reused)."""
         if type(gpus) is not tuple:
             return GpuLayout(self, tuple(gpus))
+        if (known := self._known_layout(gpus)) is not None:
+            return known
         memo = self._layouts
-        hit = memo.get(id(gpus))
-        if hit is not None and hit[0] is gpus:
-            return hit[1]
         if len(memo) >= LAYOUT_MEMO_TUPLES:
             memo.clear()
         layout = GpuLayout(self, gpus)
         memo[id(gpus)] = (gpus, layout)
         return layout
+
+    def _known_layout(self, gpus: tuple[GpuRef, ...]) -> GpuLayout | None:
+        """The layout remembered for this very tuple (Cluster.layout), or None."""
+        hit = self._layouts.get(id(gpus))
+        return hit[1] if hit is not None and hit[0] is gpus else None
 
     @cached_property
     def first_slot(self) -> dict[str, int]:
