@@ -485,7 +485,10 @@ def model_index(jobs: tuple[JobSpec, ...], types: tuple[str, ...] | list[str], j
     Jobs that share their parameters and batch limits (the objects: one application's) are keyed
     once: building a key reads a dozen fields."""
     T = max(len(types), 1)
-    pairs, pair_of_row = np.unique(job * T + gpu_type, return_inverse=True)
+    pair = job * T + gpu_type
+    present = np.zeros(len(jobs) * T, dtype=bool)  # the pairs in sorted order without sorting the rows
+    present[pair] = True
+    pairs = np.flatnonzero(present)
     models: dict[tuple, int] = {}
     known: dict[tuple, int] = {}  # (id(params), id(limits), fixed batch) -> the model's number
     out = []
@@ -495,7 +498,9 @@ def model_index(jobs: tuple[JobSpec, ...], types: tuple[str, ...] | list[str], j
         if (m := known.get(same)) is None:
             m = known[same] = models.setdefault(model_key(spec, name), len(models))
         out.append(m)
-    return models, np.array(out, dtype=np.int64)[pair_of_row.ravel()]
+    model_of_pair = np.zeros(len(present), dtype=np.int64)
+    model_of_pair[pairs] = out
+    return models, model_of_pair[pair]
 
 
 def model_table(models: dict[tuple, int], part: int, cls: type) -> np.ndarray:
@@ -519,8 +524,8 @@ def dense_ids(values: np.ndarray) -> np.ndarray:
 
 
 def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct rows of non-negative integer columns: the index of one row of each, and each
-    row's distinct row (an index into the first)."""
+    """The distinct rows of non-negative integer columns, numbered in sorted order: the index of
+    one row of each (any: a distinct row's rows are alike), and each row's number."""
     key, span = np.zeros(len(columns[0]), dtype=np.int64), 1
     for col in columns:
         size = int(col.max(initial=0)) + 1
@@ -528,8 +533,23 @@ def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
             key = dense_ids(key)
             span = int(key.max(initial=0)) + 1
         key, span = key * size + col, span * size
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    return first, inverse.ravel()
+    if span > max(_DENSE_SPAN, 4 * len(key)):
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        return first, inverse.ravel()
+    # A span of keys within a few times the rows: each key's rank read from a table of the span,
+    # not sorted (np.unique's sort was a fifth of a small round's valuation); the same numbering.
+    present = np.zeros(span, dtype=bool)
+    present[key] = True
+    distinct = np.flatnonzero(present)
+    rank = np.zeros(span, dtype=np.intp)
+    rank[distinct] = np.arange(len(distinct))
+    inverse = rank[key]
+    first = np.empty(len(distinct), dtype=np.intp)
+    first[inverse] = np.arange(len(key))  # some row of each: a key's rows are alike
+    return first, inverse
+
+
+_DENSE_SPAN = 1 << 14  # distinct_rows ranks keys by a table up to this span (or 4 per row)
 
 
 def field_values(obj) -> tuple[float, ...]:
@@ -557,9 +577,11 @@ def prune_dominated(job: np.ndarray, group: np.ndarray, num_gpus: np.ndarray, va
         return np.ones(0, dtype=bool)
     # steps by slicing, not np.diff: this runs for every round, most of them a few jobs'
     step_job, step_group, step_gpus = job[1:] - job[:-1], group[1:] - group[:-1], num_gpus[1:] - num_gpus[:-1]
-    ordered = ((step_job > 0) | (step_job == 0) & ((step_group > 0) | (step_group == 0) & (step_gpus >= 0))).all()
+    # ordered: by job, group and GPUs, a job's stay (group -1) last, as options come
+    next_in_job = (step_group > 0) | (group[1:] < 0) | (step_group == 0) & (step_gpus >= 0)
+    ordered = ((step_job > 0) | (step_job == 0) & (group[:-1] >= 0) & next_in_job).all()
     values = np.asarray(value, dtype=float)
-    if not ordered:  # options come ordered, from both formulations
+    if not ordered:
         order = np.lexsort((num_gpus, group, job))
         job, group, values = job[order], group[order], values[order]
         step_job, step_group = job[1:] - job[:-1], group[1:] - group[:-1]

@@ -376,24 +376,42 @@ def best_batch_shared(params: ThroughputParams, limits: BatchLimits, num_nodes: 
     >>> [best_batch(p.params, grad, p.batch, [1, 1], [1, 4]).local_bsz.tolist() for grad in (g, GradStats(g.sqr / 4, g.var))]
     [[128, 35], [128, 61]]
     """
-    order = np.argsort(shape, kind="stable")
-    starts = np.searchsorted(shape[order], np.arange(0, len(num_replicas) + _BLOCK_SHAPES, _BLOCK_SHAPES))
     goodput, local, accum = np.zeros(len(shape)), np.zeros(len(shape), dtype=int), np.zeros(len(shape), dtype=int)
-    grad_by_row = np.stack([grad.sqr, grad.var]).reshape(2, len(shape))
+    sqr, var = (np.broadcast_to(np.asarray(v, dtype=float), shape.shape) for v in (grad.sqr, grad.var))
+    init_bsz = np.broadcast_to(np.asarray(limits.init_bsz, dtype=float), num_replicas.shape)
     memoized = len(num_replicas) <= GRID_MEMO_SHAPES
+    one_block = len(num_replicas) <= _BLOCK_SHAPES  # nearly every round: its rows need no sorting by shape
+    order = None if one_block else np.argsort(shape, kind="stable")
+    starts = None if one_block else np.searchsorted(shape[order], np.arange(0, len(num_replicas) + _BLOCK_SHAPES,
+                                                                            _BLOCK_SHAPES))
     for b, first in enumerate(range(0, len(num_replicas), _BLOCK_SHAPES)):
         shapes = slice(first, first + _BLOCK_SHAPES)
         block = (_cut(params, shapes), _cut(limits, shapes), num_nodes[shapes], num_replicas[shapes], fixed_bsz[shapes])
         table = _memoized_tables(*block, keys=keys[shapes] if keys is not None else None) if memoized else _grid_tables(*block)
-        init_bsz = np.asarray(limits.init_bsz, dtype=float)[shapes]
-        for lo in range(starts[b], starts[b + 1], _BLOCK_ROWS):
-            rows = order[lo:min(lo + _BLOCK_ROWS, starts[b + 1])]
+        lo_row, hi_row = (0, len(shape)) if order is None else (starts[b], starts[b + 1])
+        for lo in range(lo_row, hi_row, _BLOCK_ROWS):
+            # a slice of the rows where they are not sorted (a view), else their indices in shape order
+            rows = slice(lo, min(lo + _BLOCK_ROWS, hi_row)) if order is None else order[lo:min(lo + _BLOCK_ROWS, hi_row)]
             u = shape[rows] - first
-            good = grid_goodput(table[u, 0], table[u, 1], GradStats(*grad_by_row[:, rows, None]), init_bsz[u, None])
+            good = _grid_goodput_of_rows(table, u, sqr[rows], var[rows], init_bsz[shapes][u])
             best = np.argmax(good, axis=1)
-            goodput[rows] = good[np.arange(len(rows)), best]
+            goodput[rows] = good[np.arange(len(best)), best]
             local[rows], accum[rows] = table[u, 2, best], table[u, 3, best]
     return BatchChoice(goodput, local, accum)
+
+
+def _grid_goodput_of_rows(table: np.ndarray, u: np.ndarray, sqr: np.ndarray, var: np.ndarray,
+                          init_bsz: np.ndarray) -> np.ndarray:
+    """grid_goodput of rows on their shapes' tables (rows x points): row i on table[u[i]] at
+    gradient statistics (sqr[i], var[i]) and initial batch init_bsz[i]. The same operations in
+    the same order as efficiency's (the same bits), in one buffer: each temporary of a block of
+    rows is a fresh page's worth of memory otherwise."""
+    signal = np.where(var + sqr > 0, sqr, 1.0)[:, None]
+    init = init_bsz[:, None]
+    buf = np.multiply(signal, table[u, 1])  # signal x M, then + var M0: efficiency's denominator
+    np.add(var[:, None] * init, buf, out=buf)
+    np.divide((var[:, None] + signal) * init, buf, out=buf)
+    return np.multiply(table[u, 0], buf, out=buf)
 
 
 def _grid_tables(params: ThroughputParams, limits: BatchLimits, num_nodes: np.ndarray, r: np.ndarray,
