@@ -416,8 +416,12 @@ def _shapes(num_nodes: int, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray]
 
 def _eligible(jobs: tuple[JobSpec, ...], groups: tuple[NodeGroup, ...]) -> np.ndarray:
     """(jobs x groups) mask: the job has throughput parameters for the group's GPU type."""
-    return np.array([[g.gpu_type in job.throughput for g in groups] for job in jobs], dtype=bool).reshape(
-        len(jobs), len(groups))
+    by_type = {t: np.fromiter((t in job.throughput for job in jobs), dtype=bool, count=len(jobs))
+               for t in dict.fromkeys(g.gpu_type for g in groups)}  # a column per GPU type, not per group
+    out = np.empty((len(jobs), len(groups)), dtype=bool)
+    for g, grp in enumerate(groups):
+        out[:, g] = by_type[grp.gpu_type]
+    return out
 
 
 @dataclass(frozen=True)
@@ -626,12 +630,13 @@ def option_best_batch(opts: OptionSet, which: np.ndarray, compute: np.ndarray, s
                        scale=(np.asarray(compute, dtype=float), np.asarray(sync, dtype=float)))
 
 
-def _round_rows(round_input: RoundInput, groups: tuple[NodeGroup, ...]) -> tuple[_Rows, dict[int, Mapping[int, int]]]:
+def _round_rows(round_input: RoundInput, groups: tuple[NodeGroup, ...],
+                eligible: np.ndarray) -> tuple[_Rows, dict[int, Mapping[int, int]]]:
     """Every job's new shapes in every usable group (within its GPU bounds), then its stay
-    shape if running within bounds; ordered by job, group, shape. And each stayer's GPUs per node."""
+    shape if running within bounds; ordered by job, group, shape. And each stayer's GPUs per node.
+    `eligible` is _eligible's mask."""
     jobs, nodes = round_input.jobs, round_input.cluster.nodes
     types = tuple(sorted(round_input.cluster.gpu_types))  # the cluster's own set: not a pass over its nodes each round
-    eligible = _eligible(jobs, groups)
     lo = np.array([job.min_gpus for job in jobs], dtype=int)
     hi = np.array([job.max_gpus for job in jobs], dtype=int)
     parts = []
@@ -658,15 +663,17 @@ def _round_rows(round_input: RoundInput, groups: tuple[NodeGroup, ...]) -> tuple
     return _Rows(job[order], group[order], gpu_type[order], num_nodes[order], gpus[order], types), stay_nodes
 
 
-def fair_shapes(round_input: RoundInput, groups: tuple[NodeGroup, ...]) -> tuple[np.ndarray, ...]:
+def fair_shapes(round_input: RoundInput, groups: tuple[NodeGroup, ...],
+                eligible: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """Every job's fair share as a shape (the speedup's reference, module docstring): the round's
     fair share of GPUs (RoundInput.fair_share_gpus) within the job's GPU limits, on the largest
     group of a GPU type it can use, packed on the fewest nodes.
 
-    Returns (job, group, nodes, GPUs), one entry per job that can use some group.
+    Returns (job, group, nodes, GPUs), one entry per job that can use some group. `eligible`:
+    _eligible's mask, where the caller has it.
     """
     jobs = round_input.jobs
-    eligible = _eligible(jobs, groups)
+    eligible = _eligible(jobs, groups) if eligible is None else eligible
     has = np.flatnonzero(eligible.any(axis=1))
     capacity = np.array([len(g.nodes) * g.gpus_per_node for g in groups], dtype=int)
     per_node = np.array([g.gpus_per_node for g in groups], dtype=int)
@@ -678,9 +685,10 @@ def fair_shapes(round_input: RoundInput, groups: tuple[NodeGroup, ...]) -> tuple
     return has, best, -(-gpus // per_node[best]), gpus
 
 
-def _fair_rows(round_input: RoundInput, groups: tuple[NodeGroup, ...], types: tuple[str, ...]) -> _Rows:
+def _fair_rows(round_input: RoundInput, groups: tuple[NodeGroup, ...], types: tuple[str, ...],
+               eligible: np.ndarray) -> _Rows:
     """fair_shapes as rows to value."""
-    has, best, nodes, gpus = fair_shapes(round_input, groups)
+    has, best, nodes, gpus = fair_shapes(round_input, groups, eligible)
     group_type = np.array([types.index(g.gpu_type) for g in groups], dtype=int)
     return _Rows(has, np.full(len(has), -1), group_type[best], nodes, gpus, types)
 
@@ -692,13 +700,14 @@ def enumerate_options(round_input: RoundInput, prune: bool = True) -> OptionSet:
     """
     jobs, settings = round_input.jobs, round_input.settings
     groups = node_groups(round_input)
-    rows, stay_nodes = _round_rows(round_input, groups)
+    eligible = _eligible(jobs, groups)
+    rows, stay_nodes = _round_rows(round_input, groups, eligible)
     job_arr = rows.job
     n = len(job_arr)
     goodput, speedup = np.zeros(0), np.zeros(0)
     local_bsz, accum_steps = np.zeros(0, dtype=int), np.zeros(0, dtype=int)
     if n:
-        fair_rows = _fair_rows(round_input, groups, rows.types)
+        fair_rows = _fair_rows(round_input, groups, rows.types, eligible)
         valued = _value_rows(rows.then(fair_rows), jobs)  # the options and the fair shares, in one valuation
         goodput, local_bsz, accum_steps = valued.goodput[:n], valued.local_bsz[:n], valued.accum_steps[:n]
         fair_goodput = np.zeros(len(jobs))

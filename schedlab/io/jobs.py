@@ -196,6 +196,7 @@ _KINDS = (("throughput", dict), ("current_gpus", tuple), ("batch_by_type", dict)
           ("projected_types", tuple))
 _GPU_INDEX = FIELD_ACCEPT["gpu"]["gpu"]
 _NODE, _GPU = operator.attrgetter("node"), operator.attrgetter("gpu")
+_SQR_OF, _VAR_OF = operator.attrgetter("sqr"), operator.attrgetter("var")
 
 
 def _kept(column: tuple, accept: Accept, kind: type, optional: bool) -> bool:
@@ -246,15 +247,16 @@ def valid_as_given(ck: Checker, jobs: Any, cluster: Cluster) -> bool:
             and (not refs or (set(map(type, refs)) == {GpuRef} and _node_ids(tuple(map(_NODE, refs)), cluster)
                               and _kept(tuple(map(_GPU, refs)), _GPU_INDEX, int, optional=False)))):
         return False
+    grads, lo_gpus, hi_gpus, total = fields["grad_stats"], fields["min_gpus"], fields["max_gpus"], cluster.total_gpus
+    # _check_grad's and _check_gpu_limits's checks, a column at a time
+    if not (set(map(type, grads)) == {GradStats} and _kept(tuple(map(_SQR_OF, grads)), _SQR, float, optional=False)
+            and _kept(tuple(map(_VAR_OF, grads)), _VAR, float, optional=False)
+            and not 0 < total < max(lo_gpus) and all(map(operator.le, lo_gpus, hi_gpus))):
+        return False
     found = len(ck.problems)
     params = {id(p): p for throughput in fields["throughput"] for p in throughput.values()}
     batches = {id(b): b for b in fields["batch"]}
-    total = cluster.total_gpus
-    kept = True
-    for job in jobs:
-        kept &= _same(job.grad_stats, _check_grad(ck, job.grad_stats, "jobs.grad_stats"))
-        _check_gpu_limits(ck, "jobs", job.min_gpus, job.max_gpus, total)
-    kept = (kept and all(_same(p, _parse_params(ck, p, "jobs.throughput_params")) for p in params.values())
+    kept = (all(_same(p, _parse_params(ck, p, "jobs.throughput_params")) for p in params.values())
             and all(_same(b, ck.once(b, "batch", functools.partial(_check_batch, ck, b, "jobs.batch")))
                     for b in batches.values())
             and not any(map(cluster.projections, fields["throughput"])))
