@@ -96,7 +96,7 @@ def test_shared_valuation_from_memoized_grids_is_the_grids_computed_anew(monkeyp
     computed for that call alone give it."""
     from schedlab.models import efficiency
 
-    monkeypatch.setattr(efficiency, "_GRID_MEMO", {})
+    monkeypatch.setattr(efficiency, "_GRID_MEMO", efficiency._GridMemo())
     prof = shipped_profiles()["cifar10"]
     rng = np.random.default_rng(3)
     shapes = 8

@@ -18,9 +18,10 @@ accumulation steps, exactly as Pollux's GoodputFunction.optimize does.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -377,8 +378,8 @@ def best_batch_shared(params: ThroughputParams, limits: BatchLimits, num_nodes: 
     [[128, 35], [128, 61]]
     """
     goodput, local, accum = np.zeros(len(shape)), np.zeros(len(shape), dtype=int), np.zeros(len(shape), dtype=int)
-    sqr, var = (np.broadcast_to(np.asarray(v, dtype=float), shape.shape) for v in (grad.sqr, grad.var))
-    init_bsz = np.broadcast_to(np.asarray(limits.init_bsz, dtype=float), num_replicas.shape)
+    sqr, var = np.asarray(grad.sqr, dtype=float), np.asarray(grad.var, dtype=float)
+    init_bsz = np.asarray(limits.init_bsz, dtype=float)
     memoized = len(num_replicas) <= GRID_MEMO_SHAPES
     one_block = len(num_replicas) <= _BLOCK_SHAPES  # nearly every round: its rows need no sorting by shape
     order = None if one_block else np.argsort(shape, kind="stable")
@@ -387,31 +388,33 @@ def best_batch_shared(params: ThroughputParams, limits: BatchLimits, num_nodes: 
     for b, first in enumerate(range(0, len(num_replicas), _BLOCK_SHAPES)):
         shapes = slice(first, first + _BLOCK_SHAPES)
         block = (_cut(params, shapes), _cut(limits, shapes), num_nodes[shapes], num_replicas[shapes], fixed_bsz[shapes])
-        table = _memoized_tables(*block, keys=keys[shapes] if keys is not None else None) if memoized else _grid_tables(*block)
+        tables, at = (_memoized_tables(*block, keys=keys[shapes] if keys is not None else None) if memoized
+                      else (_grid_tables(*block), None))
         lo_row, hi_row = (0, len(shape)) if order is None else (starts[b], starts[b + 1])
         for lo in range(lo_row, hi_row, _BLOCK_ROWS):
             # a slice of the rows where they are not sorted (a view), else their indices in shape order
             rows = slice(lo, min(lo + _BLOCK_ROWS, hi_row)) if order is None else order[lo:min(lo + _BLOCK_ROWS, hi_row)]
             u = shape[rows] - first
-            good = _grid_goodput_of_rows(table, u, sqr[rows], var[rows], init_bsz[shapes][u])
+            t = u if at is None else at[u]  # each row's table
+            good = _grid_goodput_of_rows(tables, t, sqr[rows], var[rows], init_bsz[shapes][u])
             best = np.argmax(good, axis=1)
             goodput[rows] = good[np.arange(len(best)), best]
-            local[rows], accum[rows] = table[u, 2, best], table[u, 3, best]
+            local[rows], accum[rows] = tables[t, 2, best], tables[t, 3, best]
     return BatchChoice(goodput, local, accum)
 
 
-def _grid_goodput_of_rows(table: np.ndarray, u: np.ndarray, sqr: np.ndarray, var: np.ndarray,
+def _grid_goodput_of_rows(tables: np.ndarray, t: np.ndarray, sqr: np.ndarray, var: np.ndarray,
                           init_bsz: np.ndarray) -> np.ndarray:
-    """grid_goodput of rows on their shapes' tables (rows x points): row i on table[u[i]] at
+    """grid_goodput of rows on their shapes' tables (rows x points): row i on tables[t[i]] at
     gradient statistics (sqr[i], var[i]) and initial batch init_bsz[i]. The same operations in
     the same order as efficiency's (the same bits), in one buffer: each temporary of a block of
     rows is a fresh page's worth of memory otherwise."""
     signal = np.where(var + sqr > 0, sqr, 1.0)[:, None]
     init = init_bsz[:, None]
-    buf = np.multiply(signal, table[u, 1])  # signal x M, then + var M0: efficiency's denominator
+    buf = np.multiply(signal, tables[t, 1])  # signal x M, then + var M0: efficiency's denominator
     np.add(var[:, None] * init, buf, out=buf)
     np.divide((var[:, None] + signal) * init, buf, out=buf)
-    return np.multiply(table[u, 0], buf, out=buf)
+    return np.multiply(tables[t, 0], buf, out=buf)
 
 
 def _grid_tables(params: ThroughputParams, limits: BatchLimits, num_nodes: np.ndarray, r: np.ndarray,
@@ -428,30 +431,70 @@ def _grid_tables(params: ThroughputParams, limits: BatchLimits, num_nodes: np.nd
 # the same ones round after round: the jobs of a few applications on a few sizes (two days of the
 # Philly trace: 66 models in 2,848 rounds). So tables are memoized across calls by the shape's
 # exact numbers (or keys that stand for them), up to GRID_MEMO_SHAPES of them (1.6 KB each; the
-# memo starts over when full); a call with more shapes than that computes its own. Rounds solved
-# in threads at once (the service) share it: a call reads each table once, before it writes.
+# memo starts over when full); a call with more shapes than that computes its own.
 GRID_MEMO_SHAPES = 1 << 14
-_GRID_MEMO: dict[Hashable, np.ndarray] = {}
+
+
+class _GridMemo:
+    """Grid tables by key, in the rows of one array: a call reads its shapes' tables by their row
+    numbers, without stacking them (a stack of a round's tables was 2 % of a small round).
+
+    Rounds solved in threads at once (the service) share it. Tables are added under a lock, and an
+    array that grows is copied whole before the new rows' keys are published, so every row a
+    reader found is in the array it reads next; a memo that starts over is a new object."""
+
+    def __init__(self) -> None:
+        self.row: dict[Hashable, int] = {}
+        self.tables = np.empty((0, 4, BATCH_GRID_POINTS))
+        self.used = 0  # rows written (a key given twice has two)
+
+    def __len__(self) -> int:
+        return self.used
+
+    def add(self, keys: list[Hashable], tables: np.ndarray) -> np.ndarray:
+        """Remember `tables` under `keys` (the caller holds _GRID_LOCK); their row numbers."""
+        first, self.used = self.used, self.used + len(keys)
+        if self.used > len(self.tables):
+            grown = np.empty((max(2 * len(self.tables), self.used, 64), 4, BATCH_GRID_POINTS))
+            grown[:first] = self.tables[:first]
+            self.tables = grown
+        self.tables[first:self.used] = tables
+        rows = np.arange(first, self.used)
+        self.row.update(zip(keys, rows.tolist()))
+        return rows
+
+
+_GRID_MEMO = _GridMemo()
+_GRID_LOCK = threading.Lock()
 
 
 def _memoized_tables(params: ThroughputParams, limits: BatchLimits, num_nodes: np.ndarray, r: np.ndarray,
-                     fixed: np.ndarray, keys: Sequence[Hashable] | None = None) -> np.ndarray:
-    """`_grid_tables`, each shape's from the memo where it is there, the others computed at once;
-    the memo's keys are `keys` where given, else the shapes' numbers."""
+                     fixed: np.ndarray, keys: Sequence[Hashable] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`_grid_tables` as (tables, rows): shape i's table is tables[rows[i]], from the memo where it
+    is there, the others computed at once; the memo's keys are `keys` where given, else the
+    shapes' numbers."""
+    global _GRID_MEMO
     if keys is None:
         numbers = np.column_stack([*(np.asarray(getattr(obj, f.name), dtype=float) for obj in (params, limits)
                                      for f in fields(obj)), num_nodes, r, fixed])
         keys = list(map(tuple, numbers.tolist()))
-    tables: list[np.ndarray | None] = [_GRID_MEMO.get(key) for key in keys]
-    missing = np.array([i for i, table in enumerate(tables) if table is None], dtype=int)
-    if len(missing):
-        computed = _grid_tables(_cut(params, missing), _cut(limits, missing), num_nodes[missing], r[missing],
-                                fixed[missing])
-        if len(_GRID_MEMO) + len(missing) > GRID_MEMO_SHAPES:
-            _GRID_MEMO.clear()
-        for i, table in zip(missing.tolist(), computed):
-            tables[i] = _GRID_MEMO[keys[i]] = table
-    return np.stack(cast(list[np.ndarray], tables)).reshape(len(keys), 4, BATCH_GRID_POINTS)
+    memo = _GRID_MEMO
+    rows = np.array([memo.row.get(key, -1) for key in keys], dtype=np.intp)
+    missing = np.flatnonzero(rows < 0)
+    if not len(missing):
+        return memo.tables, rows
+    computed = _grid_tables(_cut(params, missing), _cut(limits, missing), num_nodes[missing], r[missing],
+                            fixed[missing])
+    with _GRID_LOCK:
+        if len(memo) + len(missing) > GRID_MEMO_SHAPES:  # start over, with this call's tables
+            tables = np.empty((len(keys), 4, BATCH_GRID_POINTS))
+            found = rows >= 0
+            tables[found], tables[missing] = memo.tables[rows[found]], computed
+            memo = _GRID_MEMO = _GridMemo()
+            rows = memo.add(list(keys), tables)
+        else:
+            rows[missing] = memo.add([keys[i] for i in missing.tolist()], computed)
+        return memo.tables, rows  # read after the rows are added: the array they are in
 
 
 def _cut(obj, which: slice | np.ndarray):
