@@ -381,19 +381,20 @@ def best_batch_shared(params: ThroughputParams, limits: BatchLimits, num_nodes: 
     sqr, var = np.asarray(grad.sqr, dtype=float), np.asarray(grad.var, dtype=float)
     init_bsz = np.asarray(limits.init_bsz, dtype=float)
     memoized = len(num_replicas) <= GRID_MEMO_SHAPES
-    one_block = len(num_replicas) <= _BLOCK_SHAPES  # nearly every round: its rows need no sorting by shape
-    order = None if one_block else np.argsort(shape, kind="stable")
-    starts = None if one_block else np.searchsorted(shape[order], np.arange(0, len(num_replicas) + _BLOCK_SHAPES,
-                                                                            _BLOCK_SHAPES))
+    order: np.ndarray | None = None  # the rows by shape, where the shapes take several blocks
+    starts = [0, len(shape)]  # each block's first row (in `order`)
+    if len(num_replicas) > _BLOCK_SHAPES:
+        order = np.argsort(shape, kind="stable")
+        starts = np.searchsorted(shape[order], np.arange(0, len(num_replicas) + _BLOCK_SHAPES, _BLOCK_SHAPES)).tolist()
     for b, first in enumerate(range(0, len(num_replicas), _BLOCK_SHAPES)):
         shapes = slice(first, first + _BLOCK_SHAPES)
         block = (_cut(params, shapes), _cut(limits, shapes), num_nodes[shapes], num_replicas[shapes], fixed_bsz[shapes])
         tables, at = (_memoized_tables(*block, keys=keys[shapes] if keys is not None else None) if memoized
                       else (_grid_tables(*block), None))
-        lo_row, hi_row = (0, len(shape)) if order is None else (starts[b], starts[b + 1])
-        for lo in range(lo_row, hi_row, _BLOCK_ROWS):
+        for lo in range(starts[b], starts[b + 1], _BLOCK_ROWS):
             # a slice of the rows where they are not sorted (a view), else their indices in shape order
-            rows = slice(lo, min(lo + _BLOCK_ROWS, hi_row)) if order is None else order[lo:min(lo + _BLOCK_ROWS, hi_row)]
+            hi = min(lo + _BLOCK_ROWS, starts[b + 1])
+            rows = slice(lo, hi) if order is None else order[lo:hi]
             u = shape[rows] - first
             t = u if at is None else at[u]  # each row's table
             good = _grid_goodput_of_rows(tables, t, sqr[rows], var[rows], init_bsz[shapes][u])
