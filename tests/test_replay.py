@@ -94,6 +94,26 @@ def test_replay_is_deterministic(small_jobs, small_results):
     pd.testing.assert_frame_equal(again.jobs, small_results["pollux"].jobs)
 
 
+def test_a_replay_keeps_its_set_up_out_of_the_collectors_passes_and_leaves_the_process_as_it_was(small_jobs):
+    # Its jobs, states and agents are frozen (gc.freeze) while its rounds run, unfrozen after; a
+    # process that froze objects of its own keeps those frozen (as many as are still alive).
+    frozen = []
+
+    def count(now_s, done):
+        frozen.append(gc.get_freeze_count())
+
+    replay(small_jobs, make_policy("pollux"), SMALL, on_round=count)
+    assert min(frozen) > 0 and gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        mine = gc.get_freeze_count()
+        frozen.clear()
+        replay(small_jobs, make_policy("pollux"), SMALL, on_round=count)
+        assert max(frozen) <= mine and 0 < gc.get_freeze_count() <= mine  # none added, theirs not unfrozen
+    finally:
+        gc.unfreeze()
+
+
 def test_a_joint_replay_depends_on_its_inputs_alone():
     # 12 jobs of workload-1 on PAL's measured GPUs and racks: ten of the 89 rounds need a MIP
     # beyond the LP, where the portfolio's race stopped at whichever optimum was found first
