@@ -591,9 +591,10 @@ def prune_dominated(job: np.ndarray, group: np.ndarray, num_gpus: np.ndarray, va
         step_job, step_group = job[1:] - job[:-1], group[1:] - group[:-1]
     segment = np.zeros(n, dtype=np.int64)
     np.cumsum((step_job != 0) | (step_group != 0), out=segment[1:])
-    # A running max per (job, group) segment: dense ranks of the values, shifted so that every
-    # segment ranks above the ones before it; one cumulative max then never crosses a segment.
-    rank = np.unique(values, return_inverse=True)[1].ravel() + segment * n
+    # A running max per (job, group) segment: ranks of the values (each value's first place in
+    # sorted order: equal values rank equal), shifted so that every segment ranks above the ones
+    # before it; one cumulative max then never crosses a segment.
+    rank = np.searchsorted(np.sort(values), values) + segment * n
     before = np.empty(n, dtype=rank.dtype)  # best of the smaller shapes (or a previous segment)
     before[0] = -1
     np.maximum.accumulate(rank[:-1], out=before[1:])
