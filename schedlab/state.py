@@ -187,6 +187,14 @@ class Cluster:
         memo[id(gpus)] = (gpus, layout)
         return layout
 
+    def unvouched(self, held: Iterable[tuple[GpuRef, ...]]) -> list[tuple[GpuRef, ...]]:
+        """The tuples of `held` (one per job) that no remembered layout vouches for: one of this very
+        tuple, valid and plain (GpuLayout). A parser reads only their GPUs one by one: a replay's
+        stayers hold the tuples they held last round, laid out then."""
+        memo = self._layouts
+        return [gpus for gpus in held if gpus and ((hit := memo.get(id(gpus))) is None or hit[0] is not gpus
+                                                   or not (hit[1].valid and hit[1].plain))]
+
     def _known_layout(self, gpus: tuple[GpuRef, ...]) -> GpuLayout | None:
         """The layout remembered for this very tuple (Cluster.layout), or None."""
         hit = self._layouts.get(id(gpus))
@@ -242,7 +250,7 @@ class GpuLayout:
 
     def __init__(self, cluster: Cluster, gpus: tuple[GpuRef, ...]):
         # not the cluster itself: its memo holds this layout
-        self._index, self._first, self._nodes = cluster.node_index, cluster.first_slot, cluster.nodes
+        self._index, self._first, self._nodes, self._gpus = cluster.node_index, cluster.first_slot, cluster.nodes, gpus
         self.keys: list[tuple[str, int]] = list(map(_NODE_AND_GPU, gpus))
         self.valid = len(set(self.keys)) == len(self.keys) and cluster.gpu_keys.issuperset(self.keys)
         counts: dict[int, int] = {}
@@ -276,6 +284,12 @@ class GpuLayout:
     def in_order(self) -> bool:
         """Whether the tuple is sorted in GpuRef's order."""
         return self.keys == sorted(self.keys)
+
+    @cached_property
+    def plain(self) -> bool:
+        """Whether every GPU is a GpuRef of a str node id and an int index, the types exactly (the
+        form in which the parser keeps a round's GPUs as given)."""
+        return all(type(ref) is GpuRef and type(ref.node) is str and type(ref.gpu) is int for ref in self._gpus)
 
 
 @dataclass(frozen=True, order=True)

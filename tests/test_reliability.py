@@ -438,6 +438,21 @@ def test_a_replays_jobs_are_kept_as_given_only_where_their_json_gives_the_same(p
         assert _typed(_checked(bad)) == _typed(_checked(round_input_to_dict(bad))), (path, value)
 
 
+def test_gpus_held_as_a_laid_out_tuple_are_kept_as_given_only_in_their_plain_form():
+    # A replay's stayer holds the tuple it held last round, which the cluster laid out then: its
+    # GPUs are not read again. Laid out with indices of another type (1.0 for 1: the same GPUs to
+    # the layout), a tuple is read as its JSON is, and the round gets what the JSON gets.
+    ri = _plain_round()
+    j, job = next((j, job) for j, job in enumerate(ri.jobs) if job.current_gpus)
+    ri.cluster.layout(job.current_gpus)
+    assert parse_round_input(ri).jobs[j] is job
+    for odd in (float, np.int64, bool):
+        gpus = tuple(replace(ref, gpu=odd(ref.gpu)) for ref in job.current_gpus)
+        assert ri.cluster.layout(gpus).valid
+        bad = replace(ri, jobs=_replaced(ri.jobs, (j, "current_gpus"), gpus))
+        assert _typed(_checked(bad)) == _typed(_checked(round_input_to_dict(bad))), odd
+
+
 def test_a_cluster_object_is_checked_once_and_a_bad_one_every_time():
     # A replay hands every round the same Cluster: its nodes are checked in the first round only.
     # A cluster with a problem is never remembered: each round that brings it is refused.

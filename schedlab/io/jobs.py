@@ -236,7 +236,7 @@ def valid_as_given(ck: Checker, jobs: Any, cluster: Cluster) -> bool:
     if not jobs or set(map(type, jobs)) != {JobSpec}:
         return not jobs
     fields = dict(zip(_FIELD_NAMES, zip(*map(_values, jobs))))
-    refs = list(chain.from_iterable(fields["current_gpus"]))
+    refs = list(chain.from_iterable(cluster.unvouched(fields["current_gpus"])))  # the others pass by their layouts
     if not (_ids(fields["id"], optional=False) and len(set(fields["id"])) == len(jobs)
             and _ids(fields["application"], optional=True) and _ids(fields["app_class"], optional=True)
             and set(fields["application"]) - {None} <= shipped_profiles().keys()
