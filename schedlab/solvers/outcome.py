@@ -100,7 +100,8 @@ def decoupled_optimum(model: MilpArrays) -> SolveOutcome | None:
     best = np.full(len(model.one_rows), -np.inf)
     np.maximum.at(best, row, worth)
     hit = np.flatnonzero((worth == best[row]) & (worth > 0))  # row by row, as one_row_entries reads them
-    v[col[hit[np.unique(row[hit], return_index=True)[1]]]] = 1.0  # each row's first
+    hit_row = row[hit]
+    v[col[hit[np.concatenate(([True], hit_row[1:] != hit_row[:-1]))[:len(hit)]]]] = 1.0  # each row's first
     if not np.isfinite(v).all() or (model.integer & (v != np.round(v))).any():
         return None
     activity = model.A @ v
