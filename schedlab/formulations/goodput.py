@@ -89,7 +89,6 @@ from schedlab.formulations.options import (
     OptionColumns,
     OptionSet,
     enumerate_options,
-    item_sizes,
     job_allocations,
     pinned_stays,
 )
@@ -135,7 +134,7 @@ def structure(opts: OptionSet) -> Structure:
         multi_stayer.setdefault(k, []).append((c, h))
     cluster = opts.round_input.cluster
     return Structure(
-        item_size=item_sizes(opts),
+        item_size=opts.item_size,
         k1=(node[alone], option[alone], held[alone]),
         multi_stayer=multi_stayer,
         node_group=cluster.derive(_NODE_GROUP, lambda: _node_group(opts)),
@@ -179,7 +178,7 @@ def build_arrays(opts: OptionSet) -> MilpArrays:
     inf = math.inf
     one, level, slots, minspd = Rows(), Rows(), Rows(), Rows()
     jobs_with = np.unique(opts.job)  # (one)
-    one.extend([(int(j),) for j in jobs_with], np.searchsorted(jobs_with, opts.job), np.arange(n), np.ones(n), -inf, 1.0)
+    one.extend([(j,) for j in jobs_with.tolist()], np.searchsorted(jobs_with, opts.job), np.arange(n), np.ones(n), -inf, 1.0)
     k1_node, k1_option, k1_held = st.k1
     k1_group = st.node_group[k1_node]
     for g, grp in enumerate(opts.groups):  # (level)
@@ -365,7 +364,7 @@ def decode(opts: OptionSet, chosen: np.ndarray) -> tuple[JobAllocation, ...]:
         if not state.take_exact(jobs[j].current_gpus):
             raise DecodeError(f"job {jobs[j].id!r} cannot stay: its GPUs are taken")
         gpus_of[c] = jobs[j].current_gpus
-    item_size = item_sizes(opts)
+    item_size = opts.item_size
     new = picked[~opts.stay[picked]]
     new = new[np.lexsort((new, -opts.num_gpus[new], -item_size[new]))]  # largest first
     for c, g, n, z in zip(new.tolist(), opts.group[new].tolist(), opts.num_nodes[new].tolist(), item_size[new].tolist()):

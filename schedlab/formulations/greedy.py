@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from schedlab.formulations.options import OptionSet, item_sizes
+from schedlab.formulations.options import OptionSet
 from schedlab.formulations.packing import NodeState
 
 __all__ = ["greedy_choice"]
@@ -35,7 +35,7 @@ def greedy_choice(opts: OptionSet) -> np.ndarray:
     # its own gain, then its index: each job tries its options in that order until one fits.
     tries = new[gain[new] > 0]
     tries = tries[np.lexsort((-gain[tries], rank[opts.job[tries]]))]
-    per_node = item_sizes(opts)
+    per_node = opts.item_size
     for c, j, g, n, z in zip(tries.tolist(), opts.job[tries].tolist(), opts.group[tries].tolist(),
                              opts.num_nodes[tries].tolist(), per_node[tries].tolist()):
         if not placed[j] and state.take_shape(opts.groups[g].nodes, n, z) is not None:

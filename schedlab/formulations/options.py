@@ -71,7 +71,7 @@ from schedlab.state import BatchLimits, Cluster, GpuRef, GradStats, JobAllocatio
 
 __all__ = ["NodeGroup", "OptionColumns", "OptionCounts", "OptionSet", "chain_levels", "dense_ids", "distinct_rows",
            "distinct_values",
-           "enumerate_options", "fair_shapes", "field_values", "group_shapes", "item_sizes", "job_allocations",
+           "enumerate_options", "fair_shapes", "field_values", "group_shapes", "job_allocations",
            "model_key", "model_table", "multi_node_counts", "placeable_gpus",
            "node_groups", "option_best_batch", "option_goodput", "pinned_stays", "prune_dominated", "restart_cost_s",
            "restart_factor", "stay_options", "unallocated_utilities", "utility"]
@@ -166,10 +166,17 @@ class OptionSet(OptionCounts):
     frozen_groups: np.ndarray | None = None  # freeze level of each option (formulations.freezing)
     freeze_penalty: np.ndarray | None = None  # accuracy penalty each option spends this round
 
-    @property
+    @cached_property
     def stay(self) -> np.ndarray:
         """Mask of the stay options (group -1)."""
         return self.group < 0
+
+    @cached_property
+    def item_size(self) -> np.ndarray:
+        """z_c: GPUs per node of each new option, its GPUs on one node or the group's G on whole
+        nodes (0 for stay options); read by the model's rows and by decoding."""
+        G = np.array([grp.gpus_per_node for grp in self.groups] + [0], dtype=int)[self.group]  # group -1: 0
+        return np.where(self.num_nodes == 1, self.num_gpus, G) * (self.group >= 0)
 
     def stay_option(self, j: int) -> int:
         """Index of job j's stay option."""
@@ -230,13 +237,6 @@ class OptionColumns(Protocol):
     @property
     def num_options(self) -> int:
         """The options."""
-
-
-def item_sizes(opts: OptionSet) -> np.ndarray:
-    """z_c: GPUs per node of each new option, its GPUs on one node or the group's G on whole
-    nodes (0 for stay options)."""
-    G = np.array([grp.gpus_per_node for grp in opts.groups] + [0], dtype=int)[opts.group]  # group -1: 0
-    return np.where(opts.num_nodes == 1, opts.num_gpus, G) * (opts.group >= 0)
 
 
 def stay_options(job: np.ndarray, is_stay: np.ndarray) -> dict[int, int]:
