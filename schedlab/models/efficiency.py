@@ -116,9 +116,13 @@ def efficiency(grad: GradStats, init_bsz: float | np.ndarray, total_bsz: ArrayLi
     # gain / s in closed form, (var + sqr) M0 / (var M0 + sqr M), the one formula of both (gain
     # is efficiency x s): one division per grid point of every option of a round. Without
     # statistics (var = sqr = 0) gain is 1, so efficiency is M0 / M: the form with sqr read as 1.
+    # The quotient is divided in its denominator's buffer (which has the full shape): a round's
+    # grids are valued in blocks, and each temporary of a block is a fresh page's worth of memory.
     init = np.asarray(init_bsz, dtype=float)
     signal = np.where(grad.var + grad.sqr > 0, grad.sqr, 1.0)
-    return (grad.var + signal) * init / (grad.var * init + signal * np.asarray(total_bsz, dtype=float))
+    denominator = grad.var * init + signal * np.asarray(total_bsz, dtype=float)
+    numerator = (grad.var + signal) * init
+    return np.divide(numerator, denominator, out=denominator) if type(denominator) is np.ndarray else numerator / denominator
 
 
 def goodput(params: ThroughputParams, grad: GradStats, init_bsz: float | np.ndarray, num_nodes: ArrayLike,
@@ -397,25 +401,12 @@ def best_batch_shared(params: ThroughputParams, limits: BatchLimits, num_nodes: 
             rows = slice(lo, hi) if order is None else order[lo:hi]
             u = shape[rows] - first
             t = u if at is None else at[u]  # each row's table
-            good = _grid_goodput_of_rows(tables, t, sqr[rows], var[rows], init_bsz[shapes][u])
+            good = grid_goodput(tables[t, 0], tables[t, 1], GradStats(sqr[rows, None], var[rows, None]),
+                                init_bsz[shapes][u, None])
             best = np.argmax(good, axis=1)
             goodput[rows] = good[np.arange(len(best)), best]
             local[rows], accum[rows] = tables[t, 2, best], tables[t, 3, best]
     return BatchChoice(goodput, local, accum)
-
-
-def _grid_goodput_of_rows(tables: np.ndarray, t: np.ndarray, sqr: np.ndarray, var: np.ndarray,
-                          init_bsz: np.ndarray) -> np.ndarray:
-    """grid_goodput of rows on their shapes' tables (rows x points): row i on tables[t[i]] at
-    gradient statistics (sqr[i], var[i]) and initial batch init_bsz[i]. The same operations in
-    the same order as efficiency's (the same bits), in one buffer: each temporary of a block of
-    rows is a fresh page's worth of memory otherwise."""
-    signal = np.where(var + sqr > 0, sqr, 1.0)[:, None]
-    init = init_bsz[:, None]
-    buf = np.multiply(signal, tables[t, 1])  # signal x M, then + var M0: efficiency's denominator
-    np.add(var[:, None] * init, buf, out=buf)
-    np.divide((var[:, None] + signal) * init, buf, out=buf)
-    return np.multiply(tables[t, 0], buf, out=buf)
 
 
 def _grid_tables(params: ThroughputParams, limits: BatchLimits, num_nodes: np.ndarray, r: np.ndarray,
@@ -568,4 +559,5 @@ def runnable_throughput(grid: BatchGrid, grid_throughput: np.ndarray) -> np.ndar
 def grid_goodput(runnable: np.ndarray, total: np.ndarray, grad: GradStats, init_bsz) -> np.ndarray:
     """Goodput at every grid point: its throughput, 0 where the job cannot run it
     (`runnable_throughput`), times the efficiency of its total batch."""
-    return runnable * efficiency(grad, np.asarray(init_bsz, float), total)
+    good = efficiency(grad, np.asarray(init_bsz, float), total)
+    return np.multiply(runnable, good, out=good) if good.shape == np.shape(runnable) else runnable * good
