@@ -382,7 +382,7 @@ def best_batch_shared(params: ThroughputParams, limits: BatchLimits, num_nodes: 
     [[128, 35], [128, 61]]
     """
     goodput, local, accum = np.zeros(len(shape)), np.zeros(len(shape), dtype=int), np.zeros(len(shape), dtype=int)
-    sqr, var = np.asarray(grad.sqr, dtype=float), np.asarray(grad.var, dtype=float)
+    grad_by_row = np.stack([np.asarray(grad.sqr, dtype=float), np.asarray(grad.var, dtype=float)])
     init_bsz = np.asarray(limits.init_bsz, dtype=float)
     memoized = len(num_replicas) <= GRID_MEMO_SHAPES
     order: np.ndarray | None = None  # the rows by shape, where the shapes take several blocks
@@ -401,8 +401,7 @@ def best_batch_shared(params: ThroughputParams, limits: BatchLimits, num_nodes: 
             rows = slice(lo, hi) if order is None else order[lo:hi]
             u = shape[rows] - first
             t = u if at is None else at[u]  # each row's table
-            good = grid_goodput(tables[t, 0], tables[t, 1], GradStats(sqr[rows, None], var[rows, None]),
-                                init_bsz[shapes][u, None])
+            good = grid_goodput(tables[t, 0], tables[t, 1], GradStats(*grad_by_row[:, rows, None]), init_bsz[shapes][u, None])
             best = np.argmax(good, axis=1)
             goodput[rows] = good[np.arange(len(best)), best]
             local[rows], accum[rows] = tables[t, 2, best], tables[t, 3, best]
