@@ -191,9 +191,8 @@ class Cluster:
         """The tuples of `held` (one per job) that no remembered layout vouches for: one of this very
         tuple, valid and plain (GpuLayout). A parser reads only their GPUs one by one: a replay's
         stayers hold the tuples they held last round, laid out then."""
-        memo = self._layouts
-        return [gpus for gpus in held if gpus and ((hit := memo.get(id(gpus))) is None or hit[0] is not gpus
-                                                   or not (hit[1].valid and hit[1].plain))]
+        return [gpus for gpus in held
+                if gpus and ((layout := self._known_layout(gpus)) is None or not (layout.valid and layout.plain))]
 
     def _known_layout(self, gpus: tuple[GpuRef, ...]) -> GpuLayout | None:
         """The layout remembered for this very tuple (Cluster.layout), or None."""

@@ -490,21 +490,17 @@ def model_index(jobs: tuple[JobSpec, ...], types: tuple[str, ...] | list[str], j
     once: building a key reads a dozen fields."""
     T = max(len(types), 1)
     pair = job * T + gpu_type
-    present = np.zeros(len(jobs) * T, dtype=bool)  # the pairs in sorted order without sorting the rows
-    present[pair] = True
-    pairs = np.flatnonzero(present)
+    first, pair_of_row = distinct_rows([pair])  # the pairs in sorted order
     models: dict[tuple, int] = {}
     known: dict[tuple, int] = {}  # (id(params), id(limits), fixed batch) -> the model's number
     out = []
-    for k in pairs.tolist():
+    for k in pair[first].tolist():
         spec, name = jobs[k // T], types[k % T]
         same = (id(spec.throughput[name]), id(spec.batch_on(name)), spec.fixed_bsz)
         if (m := known.get(same)) is None:
             m = known[same] = models.setdefault(model_key(spec, name), len(models))
         out.append(m)
-    model_of_pair = np.zeros(len(present), dtype=np.int64)
-    model_of_pair[pairs] = out
-    return models, model_of_pair[pair]
+    return models, np.array(out, dtype=np.int64)[pair_of_row]
 
 
 def model_table(models: dict[tuple, int], part: int, cls: type) -> np.ndarray:
