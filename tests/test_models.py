@@ -118,6 +118,55 @@ def test_shared_valuation_from_memoized_grids_is_the_grids_computed_anew(monkeyp
     assert 0 < len(efficiency._GRID_MEMO) <= 12
 
 
+def _adversarial_tables(rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Grid tables (throughput, total batch) of every kind the envelope must get right: Pollux's
+    shapes (throughput rising, then flat where a larger batch no longer helps), points repeated,
+    equal throughputs at many batches, points that cannot run, none that can, one batch only."""
+    from schedlab.models.efficiency import BATCH_GRID_POINTS, _grid_tables
+
+    points = BATCH_GRID_POINTS
+    prof = shipped_profiles()["imagenet"]
+    on = lambda obj, n: type(obj)(*(np.full(n, v, dtype=float) for v in vars(obj).values()))  # noqa: E731
+    nodes = rng.integers(1, 4, count)
+    real = _grid_tables(on(prof.params, count), on(prof.batch, count), nodes, nodes * rng.integers(1, 5, count),
+                        np.zeros(count))
+    thr, total = real[:, 0].copy(), real[:, 1].copy()
+    kind = np.arange(count) % 6
+    thr[kind == 1] = np.round(thr[kind == 1], 1)  # many ties of throughput
+    total[kind == 2] = np.sort(rng.choice([64.0, 128.0, 256.0], (int((kind == 2).sum()), points)), axis=1)  # repeats
+    thr[kind == 3] *= rng.random(((kind == 3).sum(), points)) < 0.5  # points that cannot run
+    thr[kind == 4] = 0.0  # no point runs
+    total[kind == 5] = 512.0  # a fixed batch: one point, fifty times
+    return thr, total
+
+
+def test_envelope_candidates_hold_every_rows_first_best_grid_point():
+    """A row valued on its envelope's candidates (models.envelope) gets what its whole grid gives
+    it, bit for bit, the first of equal maxima included: at noise scales on the segments' starts,
+    a hair either side of them, 0, huge and infinite. Nearly every row of a finite noise scale has
+    few candidates, so the grid is not what answers them."""
+    from schedlab.models.efficiency import grid_goodput, noise_scale
+    from schedlab.models.envelope import envelope
+
+    rng = np.random.default_rng(11)
+    thr, total = _adversarial_tables(rng, 60)
+    env = envelope(thr, total)
+    starts, table_of = env.keys.imag, env.keys.real.astype(int)
+    scales = np.concatenate([starts, starts * (1 - 1e-15), starts * (1 + 1e-15), starts * 1.5, [0.0, 1e20, 1e20]])
+    table = np.concatenate([table_of, table_of, table_of, table_of, rng.integers(0, len(thr), 3)])
+    for sqr, init in ((1.0, 32.0), (0.01, 100.0), (0.0, 64.0)):  # sqr 0: infinite noise scale, efficiency 1
+        grad = GradStats(np.full(len(table), sqr), scales * (sqr or 1.0) / init)  # phi = scales where sqr > 0
+        phi = noise_scale(grad, np.full(len(table), init))
+        points, wide = env.candidates(table, phi)
+        good = grid_goodput(thr[table], total[table], GradStats(grad.sqr[:, None], grad.var[:, None]), init)
+        best = np.argmax(good, axis=1)
+        narrow = np.flatnonzero(~wide)
+        at = good[narrow[:, None], points[narrow]]
+        assert np.array_equal(points[narrow, np.argmax(at, axis=1)], best[narrow])
+        assert np.array_equal(at.max(axis=1), good[narrow, best[narrow]])
+        assert len(narrow) > 0.8 * len(table) if sqr else wide[grad.var > 0].all()  # infinite: the whole grid
+
+
 def test_measured_lookup_returns_measured_rows_and_rotates_placements():
     table = measured_table("cifar10")
     row = table.placements[table.placements.placement == 22].iloc[0]

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from schedlab.models.envelope import EMPTY, Envelope, envelope
 from schedlab.models.throughput import throughput
 from schedlab.state import BatchLimits, GradStats, JobSpec, ThroughputParams
 
@@ -119,10 +120,23 @@ def efficiency(grad: GradStats, init_bsz: float | np.ndarray, total_bsz: ArrayLi
     # The quotient is divided in its denominator's buffer (which has the full shape): a round's
     # grids are valued in blocks, and each temporary of a block is a fresh page's worth of memory.
     init = np.asarray(init_bsz, dtype=float)
-    signal = np.where(grad.var + grad.sqr > 0, grad.sqr, 1.0)
+    signal = _signal(grad)
     denominator = grad.var * init + signal * np.asarray(total_bsz, dtype=float)
     numerator = (grad.var + signal) * init
     return np.divide(numerator, denominator, out=denominator) if type(denominator) is np.ndarray else numerator / denominator
+
+
+def _signal(grad: GradStats) -> np.ndarray:
+    """sqr as efficiency reads it: 1 for a job without statistics (var = sqr = 0)."""
+    return np.where(grad.var + grad.sqr > 0, grad.sqr, 1.0)
+
+
+def noise_scale(grad: GradStats, init_bsz: float | np.ndarray) -> np.ndarray:
+    """phi = M0 var / sqr, the gradient noise scale in examples, as `efficiency` reads it:
+    efficiency(M) = (phi + M0) / (phi + M). 0 for a job without statistics (efficiency M0 / M),
+    inf where sqr = 0 < var (efficiency 1 at every batch)."""
+    with np.errstate(divide="ignore"):
+        return np.asarray(grad.var, dtype=float) * init_bsz / _signal(grad)
 
 
 def goodput(params: ThroughputParams, grad: GradStats, init_bsz: float | np.ndarray, num_nodes: ArrayLike,
@@ -164,7 +178,8 @@ def goodput(params: ThroughputParams, grad: GradStats, init_bsz: float | np.ndar
     total batch of 512 each is worth a third as much:
 
     >>> from schedlab.models.profiles import shipped_profiles
-    >>> from schedlab.models.throughput import throughput
+    >>> from schedlab.models.envelope import EMPTY, Envelope, envelope
+from schedlab.models.throughput import throughput
     >>> p = shipped_profiles()["cifar10"]
     >>> one = goodput(p.params, p.grad_stats, p.batch.init_bsz, 1, 1, 128)
     >>> four = goodput(p.params, p.grad_stats, p.batch.init_bsz, 1, 4, 128)
@@ -393,19 +408,41 @@ def best_batch_shared(params: ThroughputParams, limits: BatchLimits, num_nodes: 
     for b, first in enumerate(range(0, len(num_replicas), _BLOCK_SHAPES)):
         shapes = slice(first, first + _BLOCK_SHAPES)
         block = (_cut(params, shapes), _cut(limits, shapes), num_nodes[shapes], num_replicas[shapes], fixed_bsz[shapes])
-        tables, at = (_memoized_tables(*block, keys=keys[shapes] if keys is not None else None) if memoized
-                      else (_grid_tables(*block), None))
-        for lo in range(starts[b], starts[b + 1], _BLOCK_ROWS):
-            # a slice of the rows where they are not sorted (a view), else their indices in shape order
-            hi = min(lo + _BLOCK_ROWS, starts[b + 1])
-            rows = slice(lo, hi) if order is None else order[lo:hi]
-            u = shape[rows] - first
-            t = u if at is None else at[u]  # each row's table
-            good = grid_goodput(tables[t, 0], tables[t, 1], GradStats(*grad_by_row[:, rows, None]), init_bsz[shapes][u, None])
-            best = np.argmax(good, axis=1)
-            goodput[rows] = good[np.arange(len(best)), best]
-            local[rows], accum[rows] = tables[t, 2, best], tables[t, 3, best]
+        tables, at, env = (_memoized_tables(*block, keys=keys[shapes] if keys is not None else None) if memoized
+                           else (_grid_tables(*block), None, None))
+        rows = np.arange(starts[b], starts[b + 1]) if order is None else order[starts[b]:starts[b + 1]]
+        u = shape[rows] - first
+        table, init = (u if at is None else at[u]), init_bsz[shapes][u]
+        on_grid: slice | np.ndarray = slice(None)  # the rows (of `rows`) valued on their whole grid
+        if env is not None:  # a row values its envelope's few candidates, a wide segment's row its grid
+            points, wide = env.candidates(table, noise_scale(GradStats(*grad_by_row[:, rows]), init))
+            few = np.flatnonzero(~wide) if wide.any() else slice(None)
+            goodput[rows[few]], local[rows[few]], accum[rows[few]] = _best_points(
+                tables, table[few], points[few], grad_by_row[:, rows[few]], init[few])
+            on_grid = np.flatnonzero(wide)
+        on_grid = np.arange(len(rows))[on_grid]
+        for lo in range(0, len(on_grid), _BLOCK_ROWS):
+            some = on_grid[lo:lo + _BLOCK_ROWS]
+            goodput[rows[some]], local[rows[some]], accum[rows[some]] = _best_points(
+                tables, table[some], None, grad_by_row[:, rows[some]], init[some])
     return BatchChoice(goodput, local, accum)
+
+
+def _best_points(tables: np.ndarray, table: np.ndarray, points: np.ndarray | None, grad_by_row: np.ndarray,
+                 init_bsz: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's best of `points` (rows x k, in grid order; None: every point) of its grid
+    table (`_grid_tables`): its goodput, micro-batch and accumulation steps; the first of equal
+    maxima wins, as on the whole grid."""
+    if points is None:
+        runnable, total = tables[table, 0], tables[table, 1]
+    else:
+        flat, across = tables.reshape(len(tables), -1), table[:, None]  # a table's row: its 4 x points numbers
+        runnable, total = flat[across, points], flat[across, points + BATCH_GRID_POINTS]
+    good = grid_goodput(runnable, total, GradStats(*grad_by_row[:, :, None]), init_bsz[:, None])
+    best = np.argmax(good, axis=1)
+    each = np.arange(len(best))
+    point = best if points is None else points[each, best]
+    return good[each, best], tables[table, 2, point], tables[table, 3, point]
 
 
 def _grid_tables(params: ThroughputParams, limits: BatchLimits, num_nodes: np.ndarray, r: np.ndarray,
@@ -437,6 +474,7 @@ class _GridMemo:
     def __init__(self) -> None:
         self.row: dict[Hashable, int] = {}
         self.tables = np.empty((0, 4, BATCH_GRID_POINTS))
+        self.envelope = EMPTY  # the tables' envelopes (models.envelope), replaced whole as tables are added
         self.used = 0  # rows written (a key given twice has two)
 
     def __len__(self) -> int:
@@ -450,6 +488,7 @@ class _GridMemo:
             grown[:first] = self.tables[:first]
             self.tables = grown
         self.tables[first:self.used] = tables
+        self.envelope = self.envelope.then(envelope(tables[:, 0], tables[:, 1], first))
         rows = np.arange(first, self.used)
         self.row.update(zip(keys, rows.tolist()))
         return rows
@@ -460,10 +499,10 @@ _GRID_LOCK = threading.Lock()
 
 
 def _memoized_tables(params: ThroughputParams, limits: BatchLimits, num_nodes: np.ndarray, r: np.ndarray,
-                     fixed: np.ndarray, keys: Sequence[Hashable] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """`_grid_tables` as (tables, rows): shape i's table is tables[rows[i]], from the memo where it
-    is there, the others computed at once; the memo's keys are `keys` where given, else the
-    shapes' numbers."""
+                     fixed: np.ndarray, keys: Sequence[Hashable] | None = None) -> tuple[np.ndarray, np.ndarray, Envelope]:
+    """`_grid_tables` as (tables, rows, envelope): shape i's table is tables[rows[i]], from the memo
+    where it is there, the others computed at once, and the tables' envelopes by row; the memo's
+    keys are `keys` where given, else the shapes' numbers."""
     global _GRID_MEMO
     if keys is None:
         numbers = np.column_stack([*(np.asarray(getattr(obj, f.name), dtype=float) for obj in (params, limits)
@@ -473,7 +512,7 @@ def _memoized_tables(params: ThroughputParams, limits: BatchLimits, num_nodes: n
     rows = np.array([memo.row.get(key, -1) for key in keys], dtype=np.intp)
     missing = np.flatnonzero(rows < 0)
     if not len(missing):
-        return memo.tables, rows
+        return memo.tables, rows, memo.envelope
     computed = _grid_tables(_cut(params, missing), _cut(limits, missing), num_nodes[missing], r[missing],
                             fixed[missing])
     with _GRID_LOCK:
@@ -485,7 +524,7 @@ def _memoized_tables(params: ThroughputParams, limits: BatchLimits, num_nodes: n
             rows = memo.add(list(keys), tables)
         else:
             rows[missing] = memo.add([keys[i] for i in missing.tolist()], computed)
-        return memo.tables, rows  # read after the rows are added: the array they are in
+        return memo.tables, rows, memo.envelope  # read after the rows are added: the arrays they are in
 
 
 def _cut(obj, which: slice | np.ndarray):
