@@ -157,6 +157,8 @@ class Cluster:
         allocations, most of which are never met again, or every tuple of a round given anew)."""
         known, fresh = [], []
         for gpus in held:
+            if not gpus:  # a job that holds none (most of a busy round's)
+                continue
             if (layout := self._known_layout(gpus)) is not None:
                 known.append(layout)
             else:

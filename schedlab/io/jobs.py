@@ -210,8 +210,9 @@ def _kept(column: tuple, accept: Accept, kind: type, optional: bool) -> bool:
     if kind is int:  # no NaN among ints: their extremes are their range
         least = min(values)
         return accept.int_lo <= least and max(values) <= accept.int_hi and (least > 0 or not accept.positive)
-    lo, hi, positive = accept.float_lo, accept.float_hi, accept.positive
-    return all(lo <= v <= hi and (v > 0 or not positive) for v in values)  # NaN fails: min() would skip it
+    # the sum is NaN where a value is (min() and max() would pass over it); inf is out of range
+    least, total = min(values), sum(values)
+    return total == total and accept.float_lo <= least and max(values) <= accept.float_hi and (least > 0 or not accept.positive)
 
 
 def _ids(column: tuple, optional: bool) -> bool:
