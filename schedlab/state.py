@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from functools import cached_property
+from functools import cached_property, lru_cache
 from itertools import chain
 from operator import attrgetter
 from typing import Any, TypeVar
@@ -587,6 +587,13 @@ class JobAllocation:
     frozen_groups: int = 0
     freeze_penalty: float = 0.0  # accuracy penalty this round spends (freezing jobs)
     projected: bool = False  # its GPUs are of a type its parameters were projected for
+
+    @staticmethod
+    @lru_cache(maxsize=1 << 16)
+    def unallocated(job_id: str) -> JobAllocation:
+        """Job `job_id` left without GPUs this round: one object per id, made once (a frozen
+        dataclass is ~1 us to make, and a busy round leaves dozens of jobs out, round after round)."""
+        return JobAllocation(job_id)
 
     @property
     def num_gpus(self) -> int:

@@ -294,7 +294,7 @@ def job_allocations(opts, picked: np.ndarray, gpus_of: dict[int, tuple[GpuRef, .
     for j, job in enumerate(opts.round_input.jobs):
         i = row_of.get(j)
         if i is None:
-            out.append(JobAllocation(job.id))
+            out.append(JobAllocation.unallocated(job.id))
             continue
         given = gpus_of[columns[i]]
         # a stayer's own tuple, where already in order: its layout is known (Cluster.layout)

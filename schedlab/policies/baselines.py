@@ -55,7 +55,7 @@ def _params(job: JobSpec, gpu_type: str | None = None) -> ThroughputParams:
 def fixed_allocation(job: JobSpec, gpus: tuple[GpuRef, ...], gpu_type: str) -> JobAllocation:
     """The allocation of a job training at its submitted batch on `gpus`, of `gpu_type`."""
     if not gpus:
-        return JobAllocation(job.id)
+        return JobAllocation.unallocated(job.id)
     r = len(gpus)
     micro, accum, value = _fixed_run(_params(job, gpu_type), job.grad_stats, job.batch_on(gpu_type), job.submitted_bsz,
                                      len({g.node for g in gpus}), r)

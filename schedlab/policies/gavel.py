@@ -102,7 +102,7 @@ def take_gang(state: NodeState, nodes: tuple[int, ...], gang: int) -> tuple[GpuR
 def _allocation(job: JobSpec, gpu_type: str, gpus: tuple[GpuRef, ...]) -> JobAllocation:
     """The job at its submitted batch on `gpus` (of `gpu_type`), with its goodput there."""
     if not gpus:
-        return JobAllocation(job.id)
+        return JobAllocation.unallocated(job.id)
     r = len(gpus)
     micro, accum = submitted_split(job, r, gpu_type)
     value = float(goodput(job.throughput[gpu_type], job.grad_stats, job.batch.init_bsz, len({g.node for g in gpus}), r,

@@ -54,7 +54,7 @@ class OnesPolicy:
         for j, job in enumerate(ri.jobs):
             c = chosen[j]
             if c < 0:
-                allocations.append(JobAllocation(job.id))
+                allocations.append(JobAllocation.unallocated(job.id))
                 objective += opts.U0[j]
                 continue
             gpus = tuple(sorted(placement[job.id]))

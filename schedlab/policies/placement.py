@@ -282,7 +282,7 @@ class PlacementPolicy(ABC):
         """
         placed = self.place(gang_round(round_input, pal_queue(round_input, self.order, self.backfill)))
         by_job = {a.job_id: a for a in placed.allocations}
-        allocations = tuple(by_job.get(job.id, JobAllocation(job.id)) for job in round_input.jobs)
+        allocations = tuple(by_job.get(job.id) or JobAllocation.unallocated(job.id) for job in round_input.jobs)
         verify(round_input, allocations)
         return replace(placed, allocations=allocations)
 
