@@ -178,8 +178,7 @@ def goodput(params: ThroughputParams, grad: GradStats, init_bsz: float | np.ndar
     total batch of 512 each is worth a third as much:
 
     >>> from schedlab.models.profiles import shipped_profiles
-    >>> from schedlab.models.envelope import EMPTY, Envelope, envelope
-from schedlab.models.throughput import throughput
+    >>> from schedlab.models.throughput import throughput
     >>> p = shipped_profiles()["cifar10"]
     >>> one = goodput(p.params, p.grad_stats, p.batch.init_bsz, 1, 1, 128)
     >>> four = goodput(p.params, p.grad_stats, p.batch.init_bsz, 1, 4, 128)
