@@ -91,12 +91,13 @@ def test_best_batch_of_many_shapes_is_each_shapes_own():
 
 def test_shared_valuation_from_memoized_grids_is_the_grids_computed_anew(monkeypatch):
     """best_batch_shared's grids come from a memo kept across calls: whether a shape's grid was
-    just computed, found from an earlier call (by its numbers or by a key given for them), or
-    computed again after the memo started over, every row gets, bit for bit, what grids
-    computed for that call alone give it."""
+    just computed, found from an earlier call (by its numbers or by a key given for them, and then
+    valued on its envelope), or computed again after the memo started over, every row gets, bit for
+    bit, what grids computed for that call alone give it."""
     from schedlab.models import efficiency
 
     monkeypatch.setattr(efficiency, "_GRID_MEMO", efficiency._GridMemo())
+    monkeypatch.setattr(efficiency, "ENVELOPE_AFTER_ROWS", 1)  # a table met again is valued on its envelope
     prof = shipped_profiles()["cifar10"]
     rng = np.random.default_rng(3)
     shapes = 8
@@ -146,11 +147,11 @@ def test_envelope_candidates_hold_every_rows_first_best_grid_point():
     a hair either side of them, 0, huge and infinite. Nearly every row of a finite noise scale has
     few candidates, so the grid is not what answers them."""
     from schedlab.models.efficiency import grid_goodput, noise_scale
-    from schedlab.models.envelope import envelope
+    from schedlab.models.envelope import NO_ENVELOPES
 
     rng = np.random.default_rng(11)
     thr, total = _adversarial_tables(rng, 60)
-    env = envelope(thr, total)
+    env = NO_ENVELOPES.with_tables(np.arange(30, 60), thr[30:], total[30:]).with_tables(np.arange(30), thr[:30], total[:30])
     starts, table_of = env.keys.imag, env.keys.real.astype(int)
     scales = np.concatenate([starts, starts * (1 - 1e-15), starts * (1 + 1e-15), starts * 1.5, [0.0, 1e20, 1e20]])
     table = np.concatenate([table_of, table_of, table_of, table_of, rng.integers(0, len(thr), 3)])

@@ -43,7 +43,7 @@ def _node_refs(cluster: Cluster, k: int) -> tuple[GpuRef, ...]:
     """Node k's GpuRefs by GPU index, made the first time a round takes from it and shared by
     every allocation after: a GpuRef is a frozen dataclass, ~0.5 us to make, and a round of 100
     jobs made ~200 of them."""
-    made = cluster.derive(_GPU_REFS, dict)
+    made: dict[int, tuple[GpuRef, ...]] = cluster.derive(_GPU_REFS, dict)
     if (refs := made.get(k)) is None:
         node = cluster.nodes[k]
         refs = made.setdefault(k, tuple(GpuRef(node.id, i) for i in range(node.gpus)))

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from schedlab.models.envelope import EMPTY, Envelope, envelope
+from schedlab.models.envelope import NO_ENVELOPES
 from schedlab.models.throughput import throughput
 from schedlab.state import BatchLimits, GradStats, JobSpec, ThroughputParams
 
@@ -407,19 +407,27 @@ def best_batch_shared(params: ThroughputParams, limits: BatchLimits, num_nodes: 
     for b, first in enumerate(range(0, len(num_replicas), _BLOCK_SHAPES)):
         shapes = slice(first, first + _BLOCK_SHAPES)
         block = (_cut(params, shapes), _cut(limits, shapes), num_nodes[shapes], num_replicas[shapes], fixed_bsz[shapes])
-        tables, at, env = (_memoized_tables(*block, keys=keys[shapes] if keys is not None else None) if memoized
-                           else (_grid_tables(*block), None, None))
+        tables, at, memo = (_memoized_tables(*block, keys=keys[shapes] if keys is not None else None) if memoized
+                            else (_grid_tables(*block), None, None))
         rows = np.arange(starts[b], starts[b + 1]) if order is None else order[starts[b]:starts[b + 1]]
         u = shape[rows] - first
         table, init = (u if at is None else at[u]), init_bsz[shapes][u]
-        on_grid: slice | np.ndarray = slice(None)  # the rows (of `rows`) valued on their whole grid
-        if env is not None:  # a row values its envelope's few candidates, a wide segment's row its grid
-            points, wide = env.candidates(table, noise_scale(GradStats(*grad_by_row[:, rows]), init))
-            few = np.flatnonzero(~wide) if wide.any() else slice(None)
-            goodput[rows[few]], local[rows[few]], accum[rows[few]] = _best_points(
-                tables, table[few], points[few], grad_by_row[:, rows[few]], init[few])
-            on_grid = np.flatnonzero(wide)
-        on_grid = np.arange(len(rows))[on_grid]
+        on_grid = np.arange(len(rows))  # the rows (of `rows`) valued on their whole grid
+        # a row values its envelope's few candidates; a wide segment's, or a table's yet without one, its grid
+        if memo is not None:
+            ready = memo.ready[table]
+            if ready.any():
+                envelopes = memo.envelopes  # read after `ready`: every ready table is in it
+                on: slice | np.ndarray = slice(None) if ready.all() else np.flatnonzero(ready)
+                points, wide = envelopes.candidates(table[on], noise_scale(GradStats(*grad_by_row[:, rows[on]]), init[on]))
+                few, wide_rows = (on, on_grid[:0]) if not wide.any() else (on_grid[on][~wide], on_grid[on][wide])
+                goodput[rows[few]], local[rows[few]], accum[rows[few]] = _best_points(
+                    tables, table[few], points[~wide] if len(wide_rows) else points, grad_by_row[:, rows[few]], init[few])
+                grid = ~ready
+                grid[wide_rows] = True
+                on_grid = np.flatnonzero(grid)
+            if len(on_grid):
+                memo.served_on_grid(table[on_grid])
         for lo in range(0, len(on_grid), _BLOCK_ROWS):
             some = on_grid[lo:lo + _BLOCK_ROWS]
             goodput[rows[some]], local[rows[some]], accum[rows[some]] = _best_points(
@@ -468,12 +476,17 @@ class _GridMemo:
 
     Rounds solved in threads at once (the service) share it. Tables are added under a lock, and an
     array that grows is copied whole before the new rows' keys are published, so every row a
-    reader found is in the array it reads next; a memo that starts over is a new object."""
+    reader found is in the array it reads next; a memo that starts over is a new object. A
+    table's envelope (models.envelope) comes once it has valued ENVELOPE_AFTER_ROWS rows on its
+    grid: the memo's Envelopes are replaced whole, then the table is marked ready, and a reader
+    reads `ready` before `envelopes`."""
 
     def __init__(self) -> None:
         self.row: dict[Hashable, int] = {}
         self.tables = np.empty((0, 4, BATCH_GRID_POINTS))
-        self.envelope = EMPTY  # the tables' envelopes (models.envelope), replaced whole as tables are added
+        self.envelopes = NO_ENVELOPES  # by row: a table's, once it has served enough rows (served_on_grid)
+        self.ready = np.zeros(0, dtype=bool)  # the rows among `envelopes`, set after it is replaced
+        self.served = np.zeros(0, dtype=np.int64)  # rows each table has valued on its grid
         self.used = 0  # rows written (a key given twice has two)
 
     def __len__(self) -> int:
@@ -487,21 +500,45 @@ class _GridMemo:
             grown[:first] = self.tables[:first]
             self.tables = grown
         self.tables[first:self.used] = tables
-        self.envelope = self.envelope.then(envelope(tables[:, 0], tables[:, 1], first))
+        if self.used > len(self.served):
+            more = len(self.tables) - len(self.served)
+            self.ready = np.concatenate([self.ready, np.zeros(more, dtype=bool)])
+            self.served = np.concatenate([self.served, np.zeros(more, dtype=np.int64)])
         rows = np.arange(first, self.used)
         self.row.update(zip(keys, rows.tolist()))
         return rows
 
+
+    def served_on_grid(self, table: np.ndarray) -> None:
+        """Count the rows just valued on these tables' grids; a table past ENVELOPE_AFTER_ROWS of
+        them gets its envelope (models.envelope). Counts lost to a race only delay one."""
+        seen, rows = np.unique(table, return_counts=True)
+        served = self.served
+        served[seen] += rows
+        due = seen[(served[seen] >= ENVELOPE_AFTER_ROWS) & ~self.ready[seen]]
+        if len(due):
+            with _GRID_LOCK:
+                due = due[~self.ready[due]]
+                self.envelopes = self.envelopes.with_tables(due, self.tables[due, 0], self.tables[due, 1])
+                self.ready[due] = True  # after: a reader that finds a row ready finds its envelope
+
+
+# Rows a table values on its grid before it gets its envelope. An envelope costs about what 600
+# rows save; the 60 tables of random 100-job rounds serve ~18 rows a round each, round after
+# round, while PAL's measured variability (each job's speed scaled by its GPUs) makes thousands of
+# tables of a few rows: at 32, workload-1 under pollux in that world made 341 envelopes of 6,851
+# tables (50 ms), at 128, 192, at 0 (every table) 0.44 s, 4 % of the replay.
+ENVELOPE_AFTER_ROWS = 32
 
 _GRID_MEMO = _GridMemo()
 _GRID_LOCK = threading.Lock()
 
 
 def _memoized_tables(params: ThroughputParams, limits: BatchLimits, num_nodes: np.ndarray, r: np.ndarray,
-                     fixed: np.ndarray, keys: Sequence[Hashable] | None = None) -> tuple[np.ndarray, np.ndarray, Envelope]:
-    """`_grid_tables` as (tables, rows, envelope): shape i's table is tables[rows[i]], from the memo
-    where it is there, the others computed at once, and the tables' envelopes by row; the memo's
-    keys are `keys` where given, else the shapes' numbers."""
+                     fixed: np.ndarray, keys: Sequence[Hashable] | None = None) -> tuple[np.ndarray, np.ndarray, _GridMemo]:
+    """`_grid_tables` as (tables, rows, memo): shape i's table is tables[rows[i]], from the memo
+    where it is there, the others computed at once (its envelopes are the memo's, by row); the
+    memo's keys are `keys` where given, else the shapes' numbers."""
     global _GRID_MEMO
     if keys is None:
         numbers = np.column_stack([*(np.asarray(getattr(obj, f.name), dtype=float) for obj in (params, limits)
@@ -511,7 +548,7 @@ def _memoized_tables(params: ThroughputParams, limits: BatchLimits, num_nodes: n
     rows = np.array([memo.row.get(key, -1) for key in keys], dtype=np.intp)
     missing = np.flatnonzero(rows < 0)
     if not len(missing):
-        return memo.tables, rows, memo.envelope
+        return memo.tables, rows, memo
     computed = _grid_tables(_cut(params, missing), _cut(limits, missing), num_nodes[missing], r[missing],
                             fixed[missing])
     with _GRID_LOCK:
@@ -523,7 +560,7 @@ def _memoized_tables(params: ThroughputParams, limits: BatchLimits, num_nodes: n
             rows = memo.add(list(keys), tables)
         else:
             rows[missing] = memo.add([keys[i] for i in missing.tolist()], computed)
-        return memo.tables, rows, memo.envelope  # read after the rows are added: the arrays they are in
+        return memo.tables, rows, memo  # read after the rows are added: the array they are in
 
 
 def _cut(obj, which: slice | np.ndarray):

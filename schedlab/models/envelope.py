@@ -26,18 +26,20 @@ more than `NARROW` candidates is `wide`: its rows value their whole grid. So is 
 segment, beyond `FAR` times its largest batch: there efficiency is ~1 at every batch, and points
 of equal throughput come within `EPS` of each other.
 
-An envelope costs ~0.1 ms a table (all pairs of its points, in numpy), once per shape: the
-tables are memoized across rounds with it (efficiency._GridMemo).
+An envelope costs ~0.07 ms a table (all pairs of its points, in numpy) and saves ~0.1 us a row,
+so the grids' memo (efficiency._GridMemo) makes a table's once the table has valued
+ENVELOPE_AFTER_ROWS rows on its grid: a scheduler meets a few shapes round after round (the 60
+of 100-job random rounds), and a world of many one-off shapes (PAL's measured variability scales
+each GPU's speed) pays for few.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["EPS", "NARROW", "Envelope", "envelope"]
+__all__ = ["EPS", "NARROW", "NO_ENVELOPES", "Envelopes"]
 
 EPS = 1e-9  # relative: goodput's rounding is ~1e-15
 NARROW = 4  # candidates a segment may have and still be valued alone (most have 2 or 3)
@@ -46,44 +48,44 @@ _TABLES_AT_ONCE = 256  # a chunk's (tables x points x points) temporaries: 5 MB 
 
 
 @dataclass(frozen=True)
-class Envelope:
-    """The segments of the envelopes of numbered tables, in (table, start) order.
+class Envelopes:
+    """The segments of the envelopes of some numbered tables, in (table, start) order.
 
     keys[s] is table + 1j * start: numpy orders complex numbers by their real part, then their
-    imaginary part, so one searchsorted finds every row's segment. points[s] are its candidates
-    in grid order (padded with its first), wide[s] whether there are more than NARROW."""
+    imaginary part, so one searchsorted finds every row's segment (each table's first starts at
+    0). points[s] are its candidates in grid order (padded with its first), wide[s] whether it has
+    more than NARROW. Immutable: a table's envelope is added by making a new one (`with_tables`),
+    so rounds solved in threads at once read one whole."""
 
     keys: np.ndarray
     points: np.ndarray
     wide: np.ndarray
 
-    def then(self, other: Envelope) -> Envelope:
-        """This envelope and `other`'s, whose tables are numbered after this one's."""
-        return Envelope(*(np.concatenate([mine, theirs]) for mine, theirs in
-                          ((self.keys, other.keys), (self.points, other.points), (self.wide, other.wide))))
+    def with_tables(self, tables: np.ndarray, throughput: np.ndarray, total_bsz: np.ndarray) -> Envelopes:
+        """These envelopes and those of `tables` (numbers not among them) from their points
+        (tables x points: T_k and M_k)."""
+        parts = [_envelope(throughput[i:i + _TABLES_AT_ONCE], total_bsz[i:i + _TABLES_AT_ONCE], tables[i:i + _TABLES_AT_ONCE])
+                 for i in range(0, len(tables), _TABLES_AT_ONCE)]
+        keys, points, wide = (np.concatenate([mine, *theirs]) for mine, theirs in
+                              zip((self.keys, self.points, self.wide), zip(*parts)))
+        order = np.argsort(keys, kind="stable")
+        return Envelopes(keys[order], points[order], wide[order])
 
     def candidates(self, table: np.ndarray, noise_scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Each row's candidate points (rows x NARROW) on its `table` at its noise scale (>= 0,
-        inf allowed), and which rows' segments are wide."""
+        """Each row's candidate points (rows x NARROW) on its `table` (one of these envelopes') at its
+        noise scale (>= 0, inf allowed), and which rows are on a wide segment."""
         at = np.empty(len(table), dtype=complex)
         at.real, at.imag = table, noise_scale
         segment = np.searchsorted(self.keys, at, side="right") - 1
         return self.points[segment], self.wide[segment]
 
 
-EMPTY = Envelope(np.empty(0, dtype=complex), np.empty((0, NARROW), dtype=np.intp), np.empty(0, dtype=bool))
+NO_ENVELOPES = Envelopes(np.empty(0, dtype=complex), np.empty((0, NARROW), dtype=np.intp), np.empty(0, dtype=bool))
 
 
-def envelope(throughput: np.ndarray, total_bsz: np.ndarray, first_table: int = 0) -> Envelope:
-    """The envelopes of tables of points (tables x points: T_k and M_k), numbered from
-    `first_table`."""
-    parts = [_envelope(throughput[i:i + _TABLES_AT_ONCE], total_bsz[i:i + _TABLES_AT_ONCE], first_table + i)
-             for i in range(0, len(throughput), _TABLES_AT_ONCE)]
-    return functools.reduce(Envelope.then, parts, EMPTY)
-
-
-def _envelope(thr: np.ndarray, total: np.ndarray, first_table: int) -> Envelope:
-    """`envelope` of a chunk of tables, every pair of a table's points at once."""
+def _envelope(thr: np.ndarray, total: np.ndarray, numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The segments of a chunk of tables (tables x points: T_k and M_k, numbered `numbers`), every
+    pair of a table's points at once: their keys, candidates and wide flags (Envelopes)."""
     tables, points = thr.shape
     earlier = np.tri(points, k=-1, dtype=bool)  # [k, j]: j comes before k
     repeat = ((thr[:, :, None] == thr[:, None, :]) & (total[:, :, None] == total[:, None, :]) & earlier).any(axis=2)
@@ -124,5 +126,5 @@ def _envelope(thr: np.ndarray, total: np.ndarray, first_table: int) -> Envelope:
     pad = np.arange(NARROW) >= np.minimum(count, NARROW)[:, None]
     chosen = np.where(pad, first_points[:, :1], first_points)
     keys = np.empty(len(table), dtype=complex)
-    keys.real, keys.imag = table + first_table, seg_start
-    return Envelope(keys, chosen.astype(np.intp), wide | (count > NARROW))
+    keys.real, keys.imag = numbers[table], seg_start
+    return keys, chosen.astype(np.intp), wide | (count > NARROW)
