@@ -508,7 +508,6 @@ class _GridMemo:
         self.row.update(zip(keys, rows.tolist()))
         return rows
 
-
     def served_on_grid(self, table: np.ndarray) -> None:
         """Count the rows just valued on these tables' grids; a table past ENVELOPE_AFTER_ROWS of
         them gets its envelope (models.envelope). Counts lost to a race only delay one."""
