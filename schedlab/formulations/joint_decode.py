@@ -6,6 +6,7 @@ never fails; the verifier checks anyway.
 from __future__ import annotations
 
 from collections import Counter
+from itertools import chain
 
 import numpy as np
 
@@ -53,7 +54,7 @@ def decode(opts: JointOptions, st: Structure, values: np.ndarray) -> tuple[JobAl
 def _decode_multi(opts: JointOptions, st: Structure, counts: np.ndarray, picked: np.ndarray,
                   state: NodeState) -> dict[int, tuple[GpuRef, ...]]:
     """The chosen multi options' GPUs: each definition's z whole nodes, n to each job q sends it."""
-    cl, nodes, jobs = opts.cluster, opts.round_input.cluster.nodes, opts.round_input.jobs
+    cl, cluster, jobs = opts.cluster, opts.round_input.cluster, opts.round_input.jobs
     at = offsets(opts, st)
     whole: dict[int, list[int]] = {}  # definition -> its whole nodes (node indices)
     for i in np.flatnonzero(counts[at.z: at.q]).tolist():  # most of the columns are 0
@@ -77,7 +78,7 @@ def _decode_multi(opts: JointOptions, st: Structure, counts: np.ndarray, picked:
         mine, whole[e] = whole.get(e, [])[: key[1]], whole.get(e, [])[key[1]:]
         if len(mine) < key[1]:
             raise DecodeError(f"definition {e} has {len(mine)} whole nodes left, job {jobs[opts.job[c]].id!r} takes {key[1]}")
-        out[c] = tuple(GpuRef(nodes[k].id, i) for k in mine for i in range(nodes[k].gpus))
+        out[c] = tuple(chain.from_iterable(map(cluster.node_refs, mine)))
     return out
 
 
@@ -86,7 +87,8 @@ def _decode_singles(opts: JointOptions, st: Structure, counts: np.ndarray, picke
     """The chosen single options' GPUs: each matched to a slot of its demand, then placed: on the
     tightest node of a homogeneous group, or on a heterogeneous node's part of its composition
     (`_seats`)."""
-    cl, nodes, jobs = opts.cluster, opts.round_input.cluster.nodes, opts.round_input.jobs
+    cl, cluster, jobs = opts.cluster, opts.round_input.cluster, opts.round_input.jobs
+    nodes = cluster.nodes
     at = offsets(opts, st)
     free_slots: dict[int, list[int]] = {}  # demand -> a slot per job it can take
     for i in np.flatnonzero(counts[at.y: at.z]).tolist():
@@ -120,7 +122,8 @@ def _decode_singles(opts: JointOptions, st: Structure, counts: np.ndarray, picke
                 raise DecodeError(f"no room on node {nodes[k].id!r} for job {jobs[opts.job[c]].id!r}")
             indices += free
         state.set_free(k, [i for i in state.free[k] if i not in indices])
-        out[c] = tuple(GpuRef(nodes[k].id, i) for i in indices)
+        node = cluster.node_refs(k)
+        out[c] = tuple(node[i] for i in indices)
     return out
 
 

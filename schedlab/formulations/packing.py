@@ -36,20 +36,6 @@ def _node_gpus(cluster: Cluster) -> np.ndarray:
     return np.array([n.gpus for n in cluster.nodes], dtype=int)
 
 
-_GPU_REFS = "formulations.packing: node index -> its GpuRefs"  # Cluster.derived's key, filled as nodes are taken from
-
-
-def _node_refs(cluster: Cluster, k: int) -> tuple[GpuRef, ...]:
-    """Node k's GpuRefs by GPU index, made the first time a round takes from it and shared by
-    every allocation after: a GpuRef is a frozen dataclass, ~0.5 us to make, and a round of 100
-    jobs made ~200 of them."""
-    made: dict[int, tuple[GpuRef, ...]] = cluster.derive(_GPU_REFS, dict)
-    if (refs := made.get(k)) is None:
-        node = cluster.nodes[k]
-        refs = made.setdefault(k, tuple(GpuRef(node.id, i) for i in range(node.gpus)))
-    return refs
-
-
 @lru_cache(maxsize=64)  # a round's groups, met again every round; bounded, as ONES's orderings of a group come and go
 def _sorted_nodes(nodes: tuple[int, ...]) -> tuple[np.ndarray, frozenset[int]]:
     """A group's nodes sorted (read-only: shared by every round), and as a set."""
@@ -111,7 +97,7 @@ class NodeState:
         while len(refs) < count:
             k = next(bucket[0] for bucket in reversed(buckets) if bucket)
             n = min(len(self.free[k]), count - len(refs))
-            node = _node_refs(self.cluster, k)
+            node = self.cluster.node_refs(k)
             refs += [node[i] for i in self.free[k][:n]]
             self.set_free(k, self.free[k][n:])
         return tuple(refs)
@@ -128,7 +114,7 @@ class NodeState:
             return None
         refs = []
         for k in sorted(chosen):
-            node = _node_refs(self.cluster, k)
+            node = self.cluster.node_refs(k)
             refs += [node[i] for i in self.free[k][:gpus_per_node]]
             self.set_free(k, self.free[k][gpus_per_node:])
         return tuple(refs)

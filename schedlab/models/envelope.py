@@ -64,6 +64,8 @@ class Envelopes:
     def with_tables(self, tables: np.ndarray, throughput: np.ndarray, total_bsz: np.ndarray) -> Envelopes:
         """These envelopes and those of `tables` (numbers not among them) from their points
         (tables x points: T_k and M_k)."""
+        if not len(tables):
+            return self
         parts = [_envelope(throughput[i:i + _TABLES_AT_ONCE], total_bsz[i:i + _TABLES_AT_ONCE], tables[i:i + _TABLES_AT_ONCE])
                  for i in range(0, len(tables), _TABLES_AT_ONCE)]
         keys, points, wide = (np.concatenate([mine, *theirs]) for mine, theirs in
@@ -85,7 +87,7 @@ NO_ENVELOPES = Envelopes(np.empty(0, dtype=complex), np.empty((0, NARROW), dtype
 
 def _envelope(thr: np.ndarray, total: np.ndarray, numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The segments of a chunk of tables (tables x points: T_k and M_k, numbered `numbers`), every
-    pair of a table's points at once: their keys, candidates and wide flags (Envelopes)."""
+    pair of a table's points at once: their keys, candidates and wide flags (Envelopes), unordered."""
     tables, points = thr.shape
     earlier = np.tri(points, k=-1, dtype=bool)  # [k, j]: j comes before k
     repeat = ((thr[:, :, None] == thr[:, None, :]) & (total[:, :, None] == total[:, None, :]) & earlier).any(axis=2)
@@ -118,8 +120,6 @@ def _envelope(thr: np.ndarray, total: np.ndarray, numbers: np.ndarray) -> tuple[
     wide = np.concatenate([np.zeros(len(table) + len(bare), dtype=bool), np.ones(tables, dtype=bool)])
     table = np.concatenate([table, bare, every])
     seg_start = np.concatenate([start[on], np.zeros(len(bare)), cap])
-    order = np.lexsort((seg_start, table))
-    table, seg_start, picked, wide = table[order], seg_start[order], picked[order], wide[order]
     count = picked.sum(axis=1)
     count[count == 0] = 1  # a bare table's point 0
     first_points = np.argsort(~picked, axis=1, kind="stable")[:, :NARROW]  # the candidates first, in grid order
