@@ -13,7 +13,7 @@ from conftest import tiny_round
 
 from schedlab.bench import random_round
 from schedlab.formulations.goodput import build_arrays, build_pyomo, decode, objective_value
-from schedlab.formulations.options import enumerate_options
+from schedlab.formulations.options import enumerate_options, prune_dominated
 from schedlab.formulations.packing import NodeState
 from schedlab.milp import Rows, stack_rows
 from schedlab.solvers.cpsat import solve_cpsat
@@ -119,6 +119,27 @@ def test_stacked_rows_are_the_canonical_matrix_of_their_entries(nnz):
     assert all((np.diff(A.indices[A.indptr[k]:A.indptr[k + 1]]) > 0).all() for k in range(24))
     expected = sp.csr_matrix((val, (row, col)), shape=(24, 10))
     assert np.array_equal(A.indices, expected.indices) and np.array_equal(A.data, expected.data)
+
+
+@pytest.mark.parametrize("shuffled", [False, True])  # options as enumerate_options orders them, and in any order
+def test_pruning_keeps_exactly_the_shapes_worth_more_than_every_smaller_one_of_their_group(shuffled):
+    """An option is dominated where a smaller shape of its job and group is worth as much or more
+    (ties and -inf values included); stays, and each group's smallest shape, are always kept."""
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        rows = [(j, g, d) for j in range(6) for g in range(3) if rng.random() < 0.8
+                for d in sorted(rng.choice(16, rng.integers(1, 6), replace=False) + 1)]
+        rows += [(j, -1, int(rng.integers(1, 9))) for j in range(6) if rng.random() < 0.5]
+        rows.sort(key=lambda r: (r[0], r[1] < 0, r[1], r[2]))
+        job, group, gpus = (np.array(col) for col in zip(*rows))
+        value = rng.choice([-np.inf, 0.5, 1.0, 1.5, 2.0], len(rows))  # few values: many ties
+        if shuffled:
+            order = rng.permutation(len(rows))
+            job, group, gpus, value = job[order], group[order], gpus[order], value[order]
+        expected = [g < 0 or not any(job[k] == j and group[k] == g and gpus[k] < d and value[k] >= v
+                                     for k in range(len(job)))
+                    for j, g, d, v in zip(job, group, gpus, value)]
+        assert prune_dominated(job, group, gpus, value).tolist() == expected
 
 
 def test_decoding_takes_a_stayers_gpus_once_and_places_new_shapes_beside_what_stayers_left():

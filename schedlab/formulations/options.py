@@ -585,16 +585,18 @@ def prune_dominated(job: np.ndarray, group: np.ndarray, num_gpus: np.ndarray, va
         order = np.lexsort((num_gpus, group, job))
         job, group, values = job[order], group[order], values[order]
         step_job, step_group = job[1:] - job[:-1], group[1:] - group[:-1]
-    segment = np.zeros(n, dtype=np.int64)
-    np.cumsum((step_job != 0) | (step_group != 0), out=segment[1:])
-    # A running max per (job, group) segment: ranks of the values (each value's first place in
-    # sorted order: equal values rank equal), shifted so that every segment ranks above the ones
-    # before it; one cumulative max then never crosses a segment.
-    rank = np.searchsorted(np.sort(values), values) + segment * n
-    before = np.empty(n, dtype=rank.dtype)  # best of the smaller shapes (or a previous segment)
-    before[0] = -1
-    np.maximum.accumulate(rank[:-1], out=before[1:])
-    kept = (group < 0) | (rank > before)
+    starts = np.flatnonzero(np.concatenate(([True], (step_job != 0) | (step_group != 0))))  # each (job, group)'s first
+    segment = np.zeros(n, dtype=np.intp)
+    segment[starts[1:]] = 1
+    np.cumsum(segment, out=segment)
+    # A running max per segment, in a table of a row per segment, a column per place in it (after
+    # a column of -inf): each option compares with the best of the smaller shapes before it. Not
+    # by ranks in one sorted order, whose sort was half of this at 1,000 options.
+    place = np.arange(n) - starts[segment]
+    best = np.full((len(starts), int(place.max()) + 2), -np.inf)
+    best[segment, place + 1] = values
+    np.maximum.accumulate(best, axis=1, out=best)
+    kept = (group < 0) | (place == 0) | (values > best[segment, place])
     if ordered:
         return kept
     keep = np.empty(n, dtype=bool)
