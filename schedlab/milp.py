@@ -168,24 +168,18 @@ class Rows:
         self.lo += [lo] * len(keys)
         self.hi += np.broadcast_to(np.asarray(hi, dtype=float), (len(keys),)).tolist()
 
-    def coo(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The block's (row, column, value) triplets, rows numbered within the block."""
-        return _cat(self.rows, int), _cat(self.cols, int), _cat(self.vals, float)
-
 
 def _cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
-    return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+    return np.concatenate(parts, dtype=dtype) if parts else np.zeros(0, dtype)
 
 
 def stack_rows(blocks: Sequence[Rows], num_cols: int) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
     """The blocks one under the other: the constraint matrix and its row bounds (lo, hi)."""
-    rows, cols, vals, offset = [], [], [], 0
-    for block in blocks:
-        r, c, v = block.coo()
-        rows.append(r + offset)
-        cols.append(c)
-        vals.append(v)
+    rows, offset = [], 0
+    for block in blocks:  # every part joined once (not each block's first, then the blocks)
+        rows += [r + offset for r in block.rows]
         offset += len(block)
+    cols, vals = [c for b in blocks for c in b.cols], [v for b in blocks for v in b.vals]
     lo = np.array([x for b in blocks for x in b.lo], dtype=float)
     hi = np.array([x for b in blocks for x in b.hi], dtype=float)
     return _csr(_cat(rows, int), _cat(cols, int), _cat(vals, float), (offset, num_cols)), lo, hi
