@@ -406,8 +406,9 @@ def best_batch_shared(params: ThroughputParams, limits: BatchLimits, num_nodes: 
         starts = np.searchsorted(shape[order], np.arange(0, len(num_replicas) + _BLOCK_SHAPES, _BLOCK_SHAPES)).tolist()
     for b, first in enumerate(range(0, len(num_replicas), _BLOCK_SHAPES)):
         shapes = slice(first, first + _BLOCK_SHAPES)
-        block = ((params, limits, num_nodes, num_replicas, fixed_bsz) if order is None  # one block: every shape
-                 else (_cut(params, shapes), _cut(limits, shapes), num_nodes[shapes], num_replicas[shapes], fixed_bsz[shapes]))
+        block: tuple[ThroughputParams, BatchLimits, np.ndarray, np.ndarray, np.ndarray] = (
+            (params, limits, num_nodes, num_replicas, fixed_bsz) if order is None  # one block: every shape
+            else (_cut(params, shapes), _cut(limits, shapes), num_nodes[shapes], num_replicas[shapes], fixed_bsz[shapes]))
         tables, at, memo = (_memoized_tables(*block, keys=keys[shapes] if keys is not None else None) if memoized
                             else (_grid_tables(*block), None, None))
         rows = np.arange(starts[b], starts[b + 1]) if order is None else order[starts[b]:starts[b + 1]]
