@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 import scipy.sparse as sp
@@ -32,8 +32,8 @@ from schedlab.state import JobAllocation, RoundInput, Settings, Status
 if TYPE_CHECKING:
     import pyomo.environ as pyo
 
-__all__ = ["FAILED", "OPTIMAL", "TIME_LIMIT", "MilpArrays", "MilpModel", "OneModel", "OneRoundModel", "RoundModel",
-           "Rows", "SolveOutcome", "Solver", "set_start", "stack_rows"]
+__all__ = ["FAILED", "OPTIMAL", "TIME_LIMIT", "Decouples", "MilpArrays", "MilpModel", "OneModel", "OneRoundModel",
+           "RoundModel", "Rows", "SolveOutcome", "Solver", "one_row_choice", "set_start", "stack_rows"]
 
 OPTIMAL, TIME_LIMIT, FAILED = Status.OPTIMAL, Status.TIME_LIMIT, Status.FAILED
 
@@ -248,6 +248,17 @@ class MilpModel(Protocol):
         """A feasible point to warm-start from (array layout), if known."""
 
 
+
+@runtime_checkable
+class Decouples(Protocol):
+    """A model that finds its decoupled optimum (solvers.outcome.decoupled_optimum: each one-of
+    row at its own best column, the rows that couple them holding) without building its arrays:
+    a round of a few jobs on a large cluster is one, and its arrays cost more than the rest of it."""
+
+    def decoupled(self) -> SolveOutcome | None:
+        """That optimum (OPTIMAL, its objective as its bound), the point decoupled_optimum finds on
+        the arrays; None where the arrays' check would not find it, or the model cannot tell."""
+
 Solver = Callable[[MilpModel, Settings], tuple[SolveOutcome, float]]  # a registry entry: outcome, build seconds
 
 
@@ -283,6 +294,24 @@ class OneModel:
     def solve(self, solver: Solver, settings: Settings) -> tuple[SolveOutcome, float]:
         """The solver's outcome on this model and the seconds it spent building it."""
         return solver(self, settings)  # type: ignore[arg-type]
+
+
+def one_row_choice(row: np.ndarray, worth: np.ndarray, num_rows: int) -> np.ndarray:
+    """The entries one-of rows take each on its own: in every row, the first entry of its largest
+    worth where that worth is positive (none in a row without one). `row` numbers each entry's row
+    (0..num_rows-1), the entries row by row; returns their positions, a row's at most one.
+
+    Examples
+    --------
+    >>> one_row_choice(np.array([0, 0, 0, 1, 2, 2]), np.array([1.0, 3.0, 3.0, -1.0, np.inf, 2.0]), 3).tolist()
+    [1, 4]
+    """
+    best = np.full(num_rows, -np.inf)
+    np.maximum.at(best, row, worth)
+    hit = np.flatnonzero((worth == best[row]) & (worth > 0))
+    first = np.ones(len(hit), dtype=bool)
+    first[1:] = row[hit][1:] != row[hit][:-1]
+    return hit[first]
 
 
 def set_start(model: pyo.ConcreteModel, start: np.ndarray) -> None:

@@ -22,8 +22,9 @@ import schedlab
 from schedlab.api import solve_round
 from schedlab.bench import random_round
 from schedlab.clusters import ClusterSpec, make_cluster, parse_pools
+from schedlab.errors import InputError
 from schedlab.formulations import FORMULATIONS
-from schedlab.formulations.goodput import build_arrays
+from schedlab.formulations.goodput import build_arrays, structure
 from schedlab.formulations.options import enumerate_options
 from schedlab.io import json_text, round_result_to_dict
 from schedlab.milp import FAILED, TIME_LIMIT, MilpArrays, SolveOutcome
@@ -91,6 +92,44 @@ def test_the_decoupled_optimum_is_the_full_mips_wherever_it_answers():
         assert got.objective == pytest.approx(full.objective, abs=1e-9)
         assert model.max_violation(got.values) == 0.0 and (got.values[pinned] == 1.0).all()
     assert answered >= 50 and declined >= 50
+
+
+def test_a_goodput_model_finds_the_arrays_decoupled_optimum_without_them():
+    """GoodputModel.decoupled is decoupled_optimum's point on the model's arrays wherever it
+    answers (each job's best option, a pinned job its stay, the first of equals), and it answers
+    wherever the arrays' check does on a round without a node of several stayers, or max-min."""
+    rng = np.random.default_rng(8)
+    answered = declined = several = 0
+    for _ in range(300):
+        ri = tiny_round(rng, p=float(rng.choice([1.0, 0.0, -1.0, -math.inf])), max_jobs=5)
+        jobs = tuple(replace(j, pinned=True) if j.running and j.min_gpus <= len(j.current_gpus) <= j.max_gpus
+                     and rng.random() < 0.2 else j for j in ri.jobs)
+        model = FORMULATIONS["goodput"](replace(ri, jobs=jobs))
+        try:
+            arrays = model.arrays()
+        except InputError:  # a pinned job that cannot run where it is
+            continue
+        on_arrays, got = decoupled_optimum(arrays), model.decoupled()
+        if got is None:
+            several += bool(structure(model.opts).multi_stayer) or ri.settings.max_min
+            declined += on_arrays is None
+            assert on_arrays is None or structure(model.opts).multi_stayer or ri.settings.max_min
+            continue
+        answered += 1
+        assert on_arrays is not None and np.array_equal(got.values, on_arrays.values)
+        assert got.status == "optimal" and got.objective == got.bound == pytest.approx(on_arrays.objective, abs=1e-12)
+    assert answered >= 50 and declined >= 20 and several >= 20
+
+
+def test_a_decoupled_round_is_answered_before_its_arrays_by_lp_first_solvers_only():
+    """A few jobs on a large cluster: the LP-first solvers answer from the options (no arrays
+    built), cpsat solves the arrays; the same allocations either way."""
+    ri = random_round(np.random.default_rng(2), 256, 4, running_fraction=0.0, settings=Settings())
+    fast, by_cpsat = solve_round(ri), solve_round(ri, solver="cpsat")
+    assert fast.status == by_cpsat.status == "optimal"
+    assert fast.message == "decoupled: each job's best option, and they pack" and fast.build_s == fast.options_s
+    assert not by_cpsat.message.startswith("decoupled") and by_cpsat.build_s > by_cpsat.options_s
+    assert fast.allocations == by_cpsat.allocations
 
 
 @pytest.mark.parametrize("ipm_min_rows", [highs_direct.IPM_MIN_ROWS, 0], ids=["relaxation by simplex", "by IPM"])

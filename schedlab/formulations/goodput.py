@@ -71,11 +71,19 @@ $\lfloor r_k / d \rfloor$ is $G/d$ for a node without stayers,
 $G/d - \lceil h/d \rceil \, x$ for a node with one (linear, since $d \mid G$), and $w_{kd}$,
 bounded by (slots), for a node with several. Decoding therefore never fails; the verifier
 checks anyway.
+
+**Decoupled rounds.** Drop every row but (one) and each job takes its own best option (its
+pinned stay, else the first of its largest positive $u_c - U0_j$, else none); that choice
+bounds every other. Where no node holds several stayers (no $w$) and it is not max-min (no
+$t$), (level) holds at it exactly when its options pack (above), so packing them proves it
+optimal (`decoupled_point`): solvers.outcome.decoupled_optimum's point, found without the
+arrays. A round of a few jobs on a large cluster is one, and its arrays cost a quarter of it.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from itertools import chain
 from typing import TYPE_CHECKING
@@ -93,14 +101,15 @@ from schedlab.formulations.options import (
     pinned_stays,
 )
 from schedlab.formulations.packing import NodeState
-from schedlab.milp import MilpArrays, OneModel, Rows, stack_rows
-from schedlab.state import JobAllocation, RoundInput
+from schedlab.milp import OPTIMAL, MilpArrays, OneModel, Rows, SolveOutcome, one_row_choice, stack_rows
+from schedlab.state import GpuRef, JobAllocation, RoundInput
 
 if TYPE_CHECKING:
     import pyomo.environ as pyo
 
-__all__ = ["GoodputModel", "allocation_objective", "build_arrays", "build_pyomo", "decode", "goodput_model",
-           "max_min_upper", "max_min_weight", "min_job_speedup", "objective_value", "option_labels", "start_point"]
+__all__ = ["GoodputModel", "allocation_objective", "build_arrays", "build_pyomo", "decode", "decoupled_choice",
+           "decoupled_point", "goodput_model", "max_min_upper", "max_min_weight", "min_job_speedup", "objective_value",
+           "option_labels", "placed", "start_point"]
 
 
 @dataclass(frozen=True)
@@ -354,11 +363,17 @@ def objective_value(opts: OptionColumns, chosen: np.ndarray) -> float:
 
 
 def decode(opts: OptionSet, chosen: np.ndarray) -> tuple[JobAllocation, ...]:
-    """Concrete GPUs for every job from the chosen options (stayers first, then largest first)."""
+    """Concrete GPUs for every job from the chosen options (`placed`), with their batches."""
+    return job_allocations(opts, np.flatnonzero(chosen), placed(opts, chosen))
+
+
+def placed(opts: OptionSet, chosen: np.ndarray) -> dict[int, tuple[GpuRef, ...]]:
+    """{option: its concrete GPUs} of the chosen options, stayers first, then largest first;
+    DecodeError where they do not pack."""
     jobs = opts.round_input.jobs
     state = NodeState(opts.round_input.cluster)
     picked = np.flatnonzero(chosen)
-    gpus_of: dict[int, tuple] = {}
+    gpus_of: dict[int, tuple[GpuRef, ...]] = {}
     stays = picked[opts.stay[picked]]
     for c, j in zip(stays.tolist(), opts.job[stays].tolist()):
         if not state.take_exact(jobs[j].current_gpus):
@@ -372,7 +387,31 @@ def decode(opts: OptionSet, chosen: np.ndarray) -> tuple[JobAllocation, ...]:
         if refs is None:
             raise DecodeError(f"no room for job {jobs[opts.job[c]].id!r} ({opts.num_gpus[c]} GPUs)")
         gpus_of[c] = refs
-    return job_allocations(opts, picked, gpus_of)
+    return gpus_of
+
+
+def decoupled_choice(opts: OptionSet) -> np.ndarray:
+    """The options the jobs take with every row but (one) dropped, a mask: each job's pinned stay,
+    else the first of its options of the largest positive u_c - U0_j, else none (milp.one_row_choice)."""
+    worth, _ = _objective_coefficients(opts)
+    worth[pinned_stays(opts)] = np.inf  # (pin)
+    chosen = np.zeros(opts.num_options, dtype=bool)
+    chosen[one_row_choice(opts.job, worth, opts.num_jobs)] = True
+    return chosen
+
+
+def decoupled_point(opts: OptionSet) -> np.ndarray | None:
+    """x of the decoupled choice where it is the optimum, proven by packing it (module docstring,
+    "Decoupled rounds"); None where a node holds several stayers, under max-min, for a round
+    without options, or where it does not pack: there the arrays decide."""
+    if not opts.num_options or opts.round_input.settings.max_min or structure(opts).multi_stayer:
+        return None
+    chosen = decoupled_choice(opts)
+    try:
+        placed(opts, chosen)
+    except DecodeError:
+        return None
+    return chosen.astype(float)
 
 
 @dataclass(frozen=True)
@@ -405,6 +444,16 @@ class GoodputModel(OneModel):
     def decode(self, values: np.ndarray) -> tuple[JobAllocation, ...]:
         """Concrete GPUs and batches of the chosen options (`decode`); DecodeError if they do not pack."""
         return decode(self.opts, self.chosen(values))
+
+    def decoupled(self) -> SolveOutcome | None:
+        """The decoupled optimum without the arrays (milp.Decouples, `decoupled_point`)."""
+        t0 = time.perf_counter()
+        values = decoupled_point(self.opts)
+        if values is None:
+            return None
+        objective = self.objective(values)
+        return SolveOutcome(OPTIMAL, values, objective, objective, time.perf_counter() - t0,
+                            "decoupled: each job's best option, and they pack")
 
     def objective(self, values: np.ndarray) -> float:
         """The model's objective at the chosen options (`objective_value`)."""

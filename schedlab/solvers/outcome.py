@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from schedlab.milp import OPTIMAL, TIME_LIMIT, MilpArrays, SolveOutcome
+from schedlab.milp import OPTIMAL, TIME_LIMIT, MilpArrays, SolveOutcome, one_row_choice
 
 __all__ = ["StopSignal", "best_of", "decoupled_optimum", "start_outcome", "tightest_bound"]
 
@@ -97,11 +97,7 @@ def decoupled_optimum(model: MilpArrays) -> SolveOutcome | None:
     # each row's choice: a column fixed at 1, else its best positive coefficient (the first of
     # equals) among the columns not fixed at 0, else none
     worth = np.where(model.col_lo[col] > 0, np.inf, np.where(model.col_hi[col] >= 1.0, model.c[col], -np.inf))
-    best = np.full(len(model.one_rows), -np.inf)
-    np.maximum.at(best, row, worth)
-    hit = np.flatnonzero((worth == best[row]) & (worth > 0))  # row by row, as one_row_entries reads them
-    hit_row = row[hit]
-    v[col[hit[np.concatenate(([True], hit_row[1:] != hit_row[:-1]))[:len(hit)]]]] = 1.0  # each row's first
+    v[col[one_row_choice(row, worth, len(model.one_rows))]] = 1.0
     if not np.isfinite(v).all() or (model.integer & (v != np.round(v))).any():
         return None
     activity = model.A @ v

@@ -21,7 +21,7 @@ from functools import partial
 from typing import Protocol
 
 from schedlab.errors import SolverError
-from schedlab.milp import FAILED, MilpModel, SolveOutcome, set_start
+from schedlab.milp import FAILED, Decouples, MilpModel, SolveOutcome, set_start
 from schedlab.solvers.cpsat import solve_cpsat
 from schedlab.solvers.highs_direct import solve_highs
 from schedlab.solvers.portfolio import solve_portfolio
@@ -37,7 +37,9 @@ class ArraySolver:
     """Solves the model's arrays (MilpArrays) with `solve(arrays, time_limit_s, mip_gap, seed)`,
     passing the settings named in `extra` as keywords (e.g. highs's lp_first), and
     settings.solver_options as `solver_options=` unless `options_refused` says why it takes none
-    (the InputError of a round that gives it some)."""
+    (the InputError of a round that gives it some). A solver whose search starts with LP first
+    (settings.lp_first named in `extra`) asks a model that finds its decoupled optimum without its
+    arrays (milp.Decouples) for it first: LP first's first step, the arrays unbuilt."""
 
     solve: Callable[..., SolveOutcome]
     extra: tuple[str, ...] = ()
@@ -45,6 +47,9 @@ class ArraySolver:
 
     def __call__(self, model: MilpModel, s: Settings) -> tuple[SolveOutcome, float]:
         """The outcome on the model's arrays and the seconds spent building them, within s.time_limit_s."""
+        if ("lp_first" in self.extra and s.lp_first and isinstance(model, Decouples)
+                and (found := model.decoupled()) is not None):
+            return found, 0.0
         t0 = time.perf_counter()
         arrays = model.arrays()
         build_s = time.perf_counter() - t0
