@@ -248,16 +248,16 @@ class MilpModel(Protocol):
         """A feasible point to warm-start from (array layout), if known."""
 
 
-
 @runtime_checkable
 class Decouples(Protocol):
     """A model that finds its decoupled optimum (solvers.outcome.decoupled_optimum: each one-of
     row at its own best column, the rows that couple them holding) without building its arrays:
-    a round of a few jobs on a large cluster is one, and its arrays cost more than the rest of it."""
+    a round of a few jobs on a large cluster is one, and its arrays were a quarter of it."""
 
     def decoupled(self) -> SolveOutcome | None:
         """That optimum (OPTIMAL, its objective as its bound), the point decoupled_optimum finds on
         the arrays; None where the arrays' check would not find it, or the model cannot tell."""
+
 
 Solver = Callable[[MilpModel, Settings], tuple[SolveOutcome, float]]  # a registry entry: outcome, build seconds
 

@@ -82,7 +82,9 @@ def decoupled_optimum(model: MilpArrays) -> SolveOutcome | None:
     bounds every point of the model, so where it meets every row as well it is optimal, with
     that bound: the LP relaxation's too, which lies between the two. A round of a few jobs on a
     large cluster is one (days 55-62 of the Philly trace on 2,048 GPUs: 11,146 of 11,488 rounds),
-    and the relaxation it saves cost more than the rest of its solve."""
+    and the relaxation it saves cost more than the rest of its solve. A model that finds this
+    point without its arrays (milp.Decouples, the goodput model) is asked first by the LP-first
+    solvers (solvers.registry.ArraySolver)."""
     if model.one_rows is None or not model.num_cols:
         return None
     t0 = time.perf_counter()
