@@ -84,7 +84,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 from typing import TYPE_CHECKING
 
@@ -400,18 +400,17 @@ def decoupled_choice(opts: OptionSet) -> np.ndarray:
     return chosen
 
 
-def decoupled_point(opts: OptionSet) -> np.ndarray | None:
-    """x of the decoupled choice where it is the optimum, proven by packing it (module docstring,
-    "Decoupled rounds"); None where a node holds several stayers, under max-min, for a round
-    without options, or where it does not pack: there the arrays decide."""
+def decoupled_point(opts: OptionSet) -> tuple[np.ndarray, dict[int, tuple[GpuRef, ...]]] | None:
+    """The decoupled choice where it is the optimum, proven by packing it (module docstring,
+    "Decoupled rounds"), and its placement (`placed`); None where a node holds several stayers,
+    under max-min, for a round without options, or where it does not pack: there the arrays decide."""
     if not opts.num_options or opts.round_input.settings.max_min or structure(opts).multi_stayer:
         return None
     chosen = decoupled_choice(opts)
     try:
-        placed(opts, chosen)
+        return chosen, placed(opts, chosen)
     except DecodeError:
         return None
-    return chosen.astype(float)
 
 
 @dataclass(frozen=True)
@@ -419,6 +418,8 @@ class GoodputModel(OneModel):
     """The round model above over an OptionSet (a schedlab.milp.RoundModel)."""
 
     opts: OptionSet
+    # the placement that proved the decoupled point (by its mask's bytes), which decoding it reads
+    _placements: dict[bytes, dict[int, tuple[GpuRef, ...]]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def round_input(self) -> RoundInput:
@@ -443,14 +444,20 @@ class GoodputModel(OneModel):
 
     def decode(self, values: np.ndarray) -> tuple[JobAllocation, ...]:
         """Concrete GPUs and batches of the chosen options (`decode`); DecodeError if they do not pack."""
-        return decode(self.opts, self.chosen(values))
+        chosen = self.chosen(values)
+        if (gpus_of := self._placements.get(chosen.tobytes())) is not None:
+            return job_allocations(self.opts, np.flatnonzero(chosen), gpus_of)
+        return decode(self.opts, chosen)
 
     def decoupled(self) -> SolveOutcome | None:
         """The decoupled optimum without the arrays (milp.Decouples, `decoupled_point`)."""
         t0 = time.perf_counter()
-        values = decoupled_point(self.opts)
-        if values is None:
+        found = decoupled_point(self.opts)
+        if found is None:
             return None
+        chosen, placement = found
+        self._placements[chosen.tobytes()] = placement
+        values = chosen.astype(float)
         objective = self.objective(values)
         return SolveOutcome(OPTIMAL, values, objective, objective, time.perf_counter() - t0,
                             "decoupled: each job's best option, and they pack")
