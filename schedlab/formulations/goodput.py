@@ -85,6 +85,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import chain
 from typing import TYPE_CHECKING
 
@@ -173,10 +174,10 @@ def _objective_coefficients(opts: OptionColumns) -> tuple[np.ndarray, float]:
     return opts.utility - opts.U0[opts.job], float(opts.U0.sum())
 
 
-def build_arrays(opts: OptionSet) -> MilpArrays:
+def build_arrays(opts: OptionSet, st: Structure | None = None) -> MilpArrays:
     """The model above as arrays for highspy and CP-SAT. Columns: x, then w, then t; (one) comes
-    first, the `one_rows`."""
-    st = structure(opts)
+    first, the `one_rows`. `st`: the options' structure, where the caller has it."""
+    st = st if st is not None else structure(opts)
     n = opts.num_options
     w_cols = _w_columns(opts, st)
     w_index = {kd: n + i for i, kd in enumerate(w_cols)}
@@ -362,9 +363,11 @@ def objective_value(opts: OptionColumns, chosen: np.ndarray) -> float:
     return value
 
 
-def decode(opts: OptionSet, chosen: np.ndarray) -> tuple[JobAllocation, ...]:
-    """Concrete GPUs for every job from the chosen options (`placed`), with their batches."""
-    return job_allocations(opts, np.flatnonzero(chosen), placed(opts, chosen))
+def decode(opts: OptionSet, chosen: np.ndarray,
+           gpus_of: dict[int, tuple[GpuRef, ...]] | None = None) -> tuple[JobAllocation, ...]:
+    """Concrete GPUs for every job from the chosen options (`placed`, unless their placement
+    `gpus_of` is given), with their batches."""
+    return job_allocations(opts, np.flatnonzero(chosen), gpus_of if gpus_of is not None else placed(opts, chosen))
 
 
 def placed(opts: OptionSet, chosen: np.ndarray) -> dict[int, tuple[GpuRef, ...]]:
@@ -400,11 +403,13 @@ def decoupled_choice(opts: OptionSet) -> np.ndarray:
     return chosen
 
 
-def decoupled_point(opts: OptionSet) -> tuple[np.ndarray, dict[int, tuple[GpuRef, ...]]] | None:
+def decoupled_point(opts: OptionSet, st: Structure | None = None) -> tuple[np.ndarray, dict[int, tuple[GpuRef, ...]]] | None:
     """The decoupled choice where it is the optimum, proven by packing it (module docstring,
     "Decoupled rounds"), and its placement (`placed`); None where a node holds several stayers,
-    under max-min, for a round without options, or where it does not pack: there the arrays decide."""
-    if not opts.num_options or opts.round_input.settings.max_min or structure(opts).multi_stayer:
+    under max-min, for a round without options, or where it does not pack: there the arrays decide.
+    `st`: the options' structure, where the caller has it."""
+    st = st if st is not None else structure(opts)
+    if not opts.num_options or opts.round_input.settings.max_min or st.multi_stayer:
         return None
     chosen = decoupled_choice(opts)
     try:
@@ -426,9 +431,15 @@ class GoodputModel(OneModel):
         """The round the options were enumerated from."""
         return self.opts.round_input
 
+    @cached_property
+    def st(self) -> Structure:
+        """The options' index sets (`structure`), found once for the arrays, the start and the
+        decoupled point."""
+        return structure(self.opts)
+
     def arrays(self) -> MilpArrays:
         """The model as arrays (`build_arrays`), warm-started where every running job stays."""
-        return build_arrays(self.opts)
+        return build_arrays(self.opts, self.st)
 
     def pyomo(self) -> pyo.ConcreteModel:
         """The same model in Pyomo (`build_pyomo`)."""
@@ -436,7 +447,7 @@ class GoodputModel(OneModel):
 
     def start(self) -> np.ndarray:
         """Every running job stays (`start_point`), in the array layout."""
-        return start_point(self.opts)
+        return start_point(self.opts, self.st)
 
     def chosen(self, values: np.ndarray) -> np.ndarray:
         """The options a point chooses: a mask of its x columns above 1/2."""
@@ -445,14 +456,12 @@ class GoodputModel(OneModel):
     def decode(self, values: np.ndarray) -> tuple[JobAllocation, ...]:
         """Concrete GPUs and batches of the chosen options (`decode`); DecodeError if they do not pack."""
         chosen = self.chosen(values)
-        if (gpus_of := self._placements.get(chosen.tobytes())) is not None:
-            return job_allocations(self.opts, np.flatnonzero(chosen), gpus_of)
-        return decode(self.opts, chosen)
+        return decode(self.opts, chosen, self._placements.get(chosen.tobytes()))
 
     def decoupled(self) -> SolveOutcome | None:
         """The decoupled optimum without the arrays (milp.Decouples, `decoupled_point`)."""
         t0 = time.perf_counter()
-        found = decoupled_point(self.opts)
+        found = decoupled_point(self.opts, self.st)
         if found is None:
             return None
         chosen, placement = found
