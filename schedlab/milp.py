@@ -60,6 +60,8 @@ class MilpArrays:
     column in two of them, None for none: a solver may answer at once where each taking its best
     column meets every other row (solvers.outcome.decoupled_optimum), and with `crash` its
     relaxation starts from the basis in which each takes its best column (solvers.highs_direct).
+    `coupled` says that its model has shown those best columns not to be its optimum
+    (milp.Decouples), so that decoupled_optimum need not look.
     `scaled` False asks for the relaxation without the solver's scaling, where the formulation
     measured it to slow the simplex.
     """
@@ -79,6 +81,7 @@ class MilpArrays:
     one_rows: np.ndarray | None = None
     crash: bool = False
     scaled: bool = True
+    coupled: bool = False
 
     @property
     def num_cols(self) -> int:
@@ -250,13 +253,14 @@ class MilpModel(Protocol):
 
 @runtime_checkable
 class Decouples(Protocol):
-    """A model that finds its decoupled optimum (solvers.outcome.decoupled_optimum: each one-of
-    row at its own best column, the rows that couple them holding) without building its arrays:
-    a round of a few jobs on a large cluster is one, and its arrays were a quarter of it."""
+    """A model that decides, without building its arrays, whether its decoupled point is its
+    optimum (solvers.outcome.decoupled_optimum: each one-of row at its own best column, the
+    rows that couple them holding): a round of a few jobs on a large cluster is one, and its
+    arrays were a quarter of it."""
 
     def decoupled(self) -> SolveOutcome | None:
-        """That optimum (OPTIMAL, its objective as its bound), the point decoupled_optimum finds on
-        the arrays; None where the arrays' check would not find it, or the model cannot tell."""
+        """That point where it is the optimum (OPTIMAL, its objective as its bound), the one
+        decoupled_optimum finds on the arrays wherever that check answers; None where it is not."""
 
 
 Solver = Callable[[MilpModel, Settings], tuple[SolveOutcome, float]]  # a registry entry: outcome, build seconds

@@ -73,11 +73,13 @@ bounded by (slots), for a node with several. Decoding therefore never fails; the
 checks anyway.
 
 **Decoupled rounds.** Drop every row but (one) and each job takes its own best option (its
-pinned stay, else the first of its largest positive $u_c - U0_j$, else none); that choice
-bounds every other. Where no node holds several stayers (no $w$) and it is not max-min (no
-$t$), (level) holds at it exactly when its options pack (above), so packing them proves it
-optimal (`decoupled_point`): solvers.outcome.decoupled_optimum's point, found without the
-arrays. A round of a few jobs on a large cluster is one, and its arrays cost a quarter of it.
+pinned stay, else the first of its largest positive $u_c - U0_j$, else none), and $t$ its
+bound; that point bounds every other. It is feasible, so optimal, exactly when its options
+pack and, under max-min, every job's $s'_c$ at it reaches $t$'s bound: (level) holds at it
+with $w_{kd} = \lfloor r_k / d \rfloor$, which (slots) allows, exactly when they pack
+(above). `decoupled_point` decides it from the options (solvers.outcome.decoupled_optimum's
+point, found without the arrays, where that check answers). A round of a few jobs on a large
+cluster is one, and its arrays cost a quarter of it.
 """
 
 from __future__ import annotations
@@ -403,15 +405,18 @@ def decoupled_choice(opts: OptionSet) -> np.ndarray:
     return chosen
 
 
-def decoupled_point(opts: OptionSet, st: Structure | None = None) -> tuple[np.ndarray, dict[int, tuple[GpuRef, ...]]] | None:
-    """The decoupled choice where it is the optimum, proven by packing it (module docstring,
-    "Decoupled rounds"), and its placement (`placed`); None where a node holds several stayers,
-    under max-min, for a round without options, or where it does not pack: there the arrays decide.
-    `st`: the options' structure, where the caller has it."""
-    st = st if st is not None else structure(opts)
-    if not opts.num_options or opts.round_input.settings.max_min or st.multi_stayer:
+def decoupled_point(opts: OptionSet) -> tuple[np.ndarray, dict[int, tuple[GpuRef, ...]]] | None:
+    """The decoupled choice where it is the optimum (module docstring, "Decoupled rounds"), and
+    its placement (`placed`), which proves it; None for a round without options, or where it is
+    not: its options need more GPUs than the cluster has or do not pack, or under max-min some
+    job's speedup at it is below t's bound (max_min_upper)."""
+    if not opts.num_options:
         return None
     chosen = decoupled_choice(opts)
+    if opts.num_gpus[chosen].sum() > opts.round_input.cluster.total_gpus:  # a contended round, at once
+        return None
+    if opts.round_input.settings.max_min and min_job_speedup(opts, chosen) < max_min_upper(opts):  # (minspd)
+        return None
     try:
         return chosen, placed(opts, chosen)
     except DecodeError:
@@ -433,8 +438,7 @@ class GoodputModel(OneModel):
 
     @cached_property
     def st(self) -> Structure:
-        """The options' index sets (`structure`), found once for the arrays, the start and the
-        decoupled point."""
+        """The options' index sets (`structure`), found once for the arrays and the start."""
         return structure(self.opts)
 
     def arrays(self) -> MilpArrays:
@@ -461,7 +465,7 @@ class GoodputModel(OneModel):
     def decoupled(self) -> SolveOutcome | None:
         """The decoupled optimum without the arrays (milp.Decouples, `decoupled_point`)."""
         t0 = time.perf_counter()
-        found = decoupled_point(self.opts, self.st)
+        found = decoupled_point(self.opts)
         if found is None:
             return None
         chosen, placement = found

@@ -84,8 +84,9 @@ def decoupled_optimum(model: MilpArrays) -> SolveOutcome | None:
     large cluster is one (days 55-62 of the Philly trace on 2,048 GPUs: 11,146 of 11,488 rounds),
     and the relaxation it saves cost more than the rest of its solve. A model that finds this
     point without its arrays (milp.Decouples, the goodput model) is asked first by the LP-first
-    solvers (solvers.registry.ArraySolver)."""
-    if model.one_rows is None or not model.num_cols:
+    solvers (solvers.registry.ArraySolver), and where it declines its arrays say so
+    (MilpArrays.coupled)."""
+    if model.one_rows is None or model.coupled or not model.num_cols:
         return None
     t0 = time.perf_counter()
     row, col, data = model.one_row_entries()

@@ -16,7 +16,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Protocol
 
@@ -38,8 +38,9 @@ class ArraySolver:
     passing the settings named in `extra` as keywords (e.g. highs's lp_first), and
     settings.solver_options as `solver_options=` unless `options_refused` says why it takes none
     (the InputError of a round that gives it some). A solver whose search starts with LP first
-    (settings.lp_first named in `extra`) asks a model that finds its decoupled optimum without its
-    arrays (milp.Decouples) for it first: LP first's first step, the arrays unbuilt."""
+    (settings.lp_first named in `extra`) asks a model that decides its decoupled optimum without
+    its arrays (milp.Decouples) first: LP first's first step, the arrays unbuilt, and not taken
+    again on the arrays where the model declined."""
 
     solve: Callable[..., SolveOutcome]
     extra: tuple[str, ...] = ()
@@ -47,11 +48,13 @@ class ArraySolver:
 
     def __call__(self, model: MilpModel, s: Settings) -> tuple[SolveOutcome, float]:
         """The outcome on the model's arrays and the seconds spent building them, within s.time_limit_s."""
-        if ("lp_first" in self.extra and s.lp_first and isinstance(model, Decouples)
-                and (found := model.decoupled()) is not None):
+        decides = model if "lp_first" in self.extra and s.lp_first and isinstance(model, Decouples) else None
+        if decides is not None and (found := decides.decoupled()) is not None:
             return found, 0.0
         t0 = time.perf_counter()
         arrays = model.arrays()
+        if decides is not None:  # it decided: its decoupled point is not its optimum, and LP first need not look
+            arrays = replace(arrays, coupled=True)
         build_s = time.perf_counter() - t0
         extra = {name: getattr(s, name) for name in self.extra}
         if not self.options_refused:
