@@ -22,7 +22,7 @@ from schedlab import InputError, solve_round
 from schedlab.bench import capacity_violations, run_mutated, run_valid, valid_round
 from schedlab.errors import VerificationError
 from schedlab.io import MAX_GPUS_PER_NODE, MAX_JOBS, load_json, parse_round_input, round_input_to_dict
-from schedlab.state import GpuRef, JobAllocation, RoundInput
+from schedlab.state import Cluster, GpuRef, JobAllocation, Node, RoundInput
 from schedlab.verify import problems as verify_problems
 from schedlab.verify import verify
 
@@ -462,6 +462,27 @@ def test_a_cluster_object_is_checked_once_and_a_bad_one_every_time():
     bad = replace(ri, cluster=replace(ri.cluster, nodes=(replace(first, gpus=-1), *rest)))
     for _ in range(2):
         assert any(p.startswith("cluster.nodes[0].gpus") for p in _checked(bad))
+
+
+def test_a_plain_cluster_is_kept_as_given_only_where_its_json_gives_the_same():
+    # A scheduler may build its Cluster anew each round: plain nodes (no slowdown, topology or GPU
+    # speeds) are checked a column at a time and the object kept. Any node field of the wrong
+    # type or out of range, an id twice, or no node: the round gets what its JSON gets.
+    ri = _plain_round()
+    nodes = tuple(Node(n.id, n.gpus, n.gpu_type) for n in ri.cluster.nodes)
+    plain = replace(ri, cluster=Cluster(nodes))
+    assert parse_round_input(plain).cluster is plain.cluster
+    first, second, *rest = nodes
+    odd = [replace(first, gpus=value) for value in (-1, MAX_GPUS_PER_NODE + 1, True, 4.0, 3.5, None)]
+    odd += [replace(first, id=value) for value in ("", "n" * 1000, 7, None, second.id)]
+    odd += [replace(first, gpu_type=value) for value in (5, None)]
+    for node in odd:
+        bad = replace(plain, cluster=Cluster((node, second, *rest)))
+        assert _typed(_checked(bad)) == _typed(_checked(round_input_to_dict(bad))), node
+        assert isinstance(_checked(bad), list) or _checked(bad).cluster is not bad.cluster, node
+    empty = replace(plain, cluster=Cluster(()), jobs=())
+    assert _checked(empty) == _checked(round_input_to_dict(empty)) == [
+        "cluster.nodes: must list at least one node, e.g. [{\"id\": \"n0\", \"gpus\": 4}]"]
 
 
 def test_parameters_kept_as_given_are_remembered_by_the_object_and_a_bad_one_never():

@@ -245,6 +245,9 @@ def _parse_cluster(ck: Checker, raw: Any) -> Cluster:
     checked = raw.derived.get(_CHECKED)
     if checked is not None:
         return checked
+    if _plain(raw):
+        raw.derived[_CHECKED] = raw
+        return raw
     found = len(ck.problems)
     cluster = _check_cluster(ck, raw)
     if len(ck.problems) == found:
@@ -256,6 +259,22 @@ def _parse_cluster(ck: Checker, raw: Any) -> Cluster:
 
 
 _CHECKED = "io.parse: checked"  # Cluster.derived's key of the cluster as checked
+
+
+def _plain(cluster: Cluster) -> bool:
+    """Whether `cluster` is what _check_cluster would make of it, without a problem: plain nodes
+    (no slowdown), no topology and no GPU speeds, checked a column at a time. A scheduler may build
+    its Cluster anew each round, and checking 16 nodes one by one, then comparing the result with
+    them, took 0.11 ms, a thirtieth of a 64-GPU round. Any other cluster is checked the long way."""
+    nodes = cluster.nodes
+    if (type(nodes) is not tuple or not 0 < len(nodes) <= MAX_NODES or set(map(type, nodes)) != {Node}
+            or cluster.topology is not None or type(cluster.gpu_speed) is not dict or cluster.gpu_speed):
+        return False
+    ids, gpus = [n.id for n in nodes], [n.gpus for n in nodes]
+    return (set(map(type, ids)) == {str} and min(map(len, ids)) > 0 and max(map(len, ids)) <= MAX_ID_CHARS
+            and len(set(ids)) == len(ids) and set(map(type, gpus)) == {int} and min(gpus) >= 0
+            and max(gpus) <= MAX_GPUS_PER_NODE and sum(gpus) <= MAX_GPUS
+            and all(type(n.gpu_type) is str and type(n.slowdown) is dict and not n.slowdown for n in nodes))
 
 
 def _identical(a: Any, b: Any) -> bool:
