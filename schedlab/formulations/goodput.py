@@ -189,8 +189,10 @@ def build_arrays(opts: OptionSet, st: Structure | None = None) -> MilpArrays:
 
     inf = math.inf
     one, level, slots, minspd = Rows(), Rows(), Rows(), Rows()
-    jobs_with = np.unique(opts.job)  # (one)
-    one.extend([(j,) for j in jobs_with.tolist()], np.searchsorted(jobs_with, opts.job), np.arange(n), np.ones(n), -inf, 1.0)
+    has = np.zeros(opts.num_jobs, dtype=bool)  # (one): a row per job with options, in job order
+    has[opts.job] = True
+    one.extend([(j,) for j in np.flatnonzero(has).tolist()], (np.cumsum(has) - 1)[opts.job], np.arange(n), np.ones(n),
+               -inf, 1.0)
     k1_node, k1_option, k1_held = st.k1
     k1_group = st.node_group[k1_node]
     for g, grp in enumerate(opts.groups):  # (level)
