@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from operator import attrgetter
 from typing import Any, NamedTuple, TypeGuard, TypeVar
 
-from schedlab.io.schema import FIELD_ACCEPT, FIELD_RULES, MAX_ID_CHARS, SCHEMA_KEYS
+from schedlab.io.schema import FIELD_ACCEPT, FIELD_RULES, MAX_ID_CHARS, SCHEMA_KEYS, Accept
 from schedlab.state import (
     BatchLimits,
     Cluster,
@@ -35,7 +35,7 @@ from schedlab.state import (
     Topology,
 )
 
-__all__ = ["CLASSES", "Checker", "DataChecker", "Fields", "is_id", "number_problem", "show"]
+__all__ = ["CLASSES", "Checker", "DataChecker", "Fields", "is_id", "kept_numbers", "number_problem", "show", "valid_ids"]
 
 _T = TypeVar("_T")
 _PLAIN = frozenset((int, float, str))  # not bool: True == 1 would take a valid 1's place
@@ -47,6 +47,29 @@ _shown.maxstring, _shown.maxother, _shown.maxlevel = 60, 60, 3
 def is_id(value: Any) -> TypeGuard[str]:
     """Whether `value` is a usable id: a non-empty string of at most MAX_ID_CHARS characters."""
     return isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS
+
+
+def kept_numbers(column: tuple, accept: Accept, kind: type, optional: bool) -> bool:
+    """Whether Checker.field keeps every number of `column` (None where `optional`) as it is: of
+    its field's type, within its range."""
+    values = [v for v in column if v is not None] if optional else column
+    if not values:
+        return True
+    if set(map(type, values)) != {kind}:
+        return False
+    if kind is int:  # no NaN among ints: their extremes are their range
+        least = min(values)
+        return accept.int_lo <= least and max(values) <= accept.int_hi and (least > 0 or not accept.positive)
+    # the sum is NaN where a value is (min() and max() would pass over it); inf is out of range
+    least, total = min(values), sum(values)
+    return total == total and accept.float_lo <= least and max(values) <= accept.float_hi and (least > 0 or not accept.positive)
+
+
+def valid_ids(column: tuple, optional: bool) -> bool:
+    """Whether every value of `column` is a usable id (is_id), or None where `optional`."""
+    values = [v for v in column if v is not None] if optional else column
+    return not values or (set(map(type, values)) == {str} and min(map(len, values)) > 0
+                          and max(map(len, values)) <= MAX_ID_CHARS)
 
 
 def show(value: Any) -> str:

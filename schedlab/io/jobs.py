@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from itertools import chain
 from typing import Any
 
-from schedlab.io.checker import Checker, is_id, show
-from schedlab.io.schema import BATCH_NAMES, FIELD_ACCEPT, MAX_ID_CHARS, PARAM_NAMES, PENALTY_NAMES, Accept
+from schedlab.io.checker import Checker, is_id, kept_numbers, show, valid_ids
+from schedlab.io.schema import BATCH_NAMES, FIELD_ACCEPT, MAX_ID_CHARS, PARAM_NAMES, PENALTY_NAMES
 from schedlab.models.freezing import PROFILES as LAYER_PROFILES
 from schedlab.models.freezing import layer_profile
 from schedlab.models.profiles import shipped_profiles
@@ -199,33 +199,10 @@ _NODE, _GPU = operator.attrgetter("node"), operator.attrgetter("gpu")
 _SQR_OF, _VAR_OF = operator.attrgetter("sqr"), operator.attrgetter("var")
 
 
-def _kept(column: tuple, accept: Accept, kind: type, optional: bool) -> bool:
-    """Whether Checker.field keeps every number of `column` (None where `optional`) as it is: of
-    its field's type, within its range."""
-    values = [v for v in column if v is not None] if optional else column
-    if not values:
-        return True
-    if set(map(type, values)) != {kind}:
-        return False
-    if kind is int:  # no NaN among ints: their extremes are their range
-        least = min(values)
-        return accept.int_lo <= least and max(values) <= accept.int_hi and (least > 0 or not accept.positive)
-    # the sum is NaN where a value is (min() and max() would pass over it); inf is out of range
-    least, total = min(values), sum(values)
-    return total == total and accept.float_lo <= least and max(values) <= accept.float_hi and (least > 0 or not accept.positive)
-
-
-def _ids(column: tuple, optional: bool) -> bool:
-    """Whether every value of `column` is a usable id (is_id), or None where `optional`."""
-    values = [v for v in column if v is not None] if optional else column
-    return not values or (set(map(type, values)) == {str} and min(map(len, values)) > 0
-                          and max(map(len, values)) <= MAX_ID_CHARS)
-
-
 def _node_ids(nodes: tuple, cluster: Cluster) -> bool:
     """Whether the node ids of a round's GPU references are all usable ids (is_id): strings, each
     the cluster's own (a replay's name nothing else), or else each read as an id."""
-    return set(map(type, nodes)) == {str} and (set(nodes) <= cluster.node_index.keys() or _ids(nodes, optional=False))
+    return set(map(type, nodes)) == {str} and (set(nodes) <= cluster.node_index.keys() or valid_ids(nodes, optional=False))
 
 
 def valid_as_given(ck: Checker, jobs: Any, cluster: Cluster) -> bool:
@@ -238,20 +215,20 @@ def valid_as_given(ck: Checker, jobs: Any, cluster: Cluster) -> bool:
         return not jobs
     fields = dict(zip(_FIELD_NAMES, zip(*map(_values, jobs))))
     refs = list(chain.from_iterable(cluster.unvouched(fields["current_gpus"])))  # the others pass by their layouts
-    if not (_ids(fields["id"], optional=False) and len(set(fields["id"])) == len(jobs)
-            and _ids(fields["application"], optional=True) and _ids(fields["app_class"], optional=True)
+    if not (valid_ids(fields["id"], optional=False) and len(set(fields["id"])) == len(jobs)
+            and valid_ids(fields["application"], optional=True) and valid_ids(fields["app_class"], optional=True)
             and set(fields["application"]) - {None} <= shipped_profiles().keys()
             and all(set(map(type, fields[name])) == {kind} for name, kind in _KINDS)
             and _PARAM_KEYS.isdisjoint(set().union(*fields["throughput"])) and fields["freezing"].count(None) == len(jobs)
             and not any(fields["batch_by_type"]) and not any(fields["pinned"]) and not any(fields["projected_types"])
-            and all(_kept(fields[name], accept, kind, optional) for name, accept, kind, optional in _NUMBERS)
+            and all(kept_numbers(fields[name], accept, kind, optional) for name, accept, kind, optional in _NUMBERS)
             and (not refs or (set(map(type, refs)) == {GpuRef} and _node_ids(tuple(map(_NODE, refs)), cluster)
-                              and _kept(tuple(map(_GPU, refs)), _GPU_INDEX, int, optional=False)))):
+                              and kept_numbers(tuple(map(_GPU, refs)), _GPU_INDEX, int, optional=False)))):
         return False
     grads, lo_gpus, hi_gpus, total = fields["grad_stats"], fields["min_gpus"], fields["max_gpus"], cluster.total_gpus
     # _check_grad's and _check_gpu_limits's checks, a column at a time
-    if not (set(map(type, grads)) == {GradStats} and _kept(tuple(map(_SQR_OF, grads)), _SQR, float, optional=False)
-            and _kept(tuple(map(_VAR_OF, grads)), _VAR, float, optional=False)
+    if not (set(map(type, grads)) == {GradStats} and kept_numbers(tuple(map(_SQR_OF, grads)), _SQR, float, optional=False)
+            and kept_numbers(tuple(map(_VAR_OF, grads)), _VAR, float, optional=False)
             and not 0 < total < max(lo_gpus) and all(map(operator.le, lo_gpus, hi_gpus))):
         return False
     found = len(ck.problems)

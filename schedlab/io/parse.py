@@ -14,9 +14,10 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from schedlab.errors import InputError
-from schedlab.io.checker import Checker, DataChecker, is_id, number_problem, show
+from schedlab.io.checker import Checker, DataChecker, is_id, kept_numbers, number_problem, show, valid_ids
 from schedlab.io.jobs import check_current_gpus, parse_job, valid_as_given
 from schedlab.io.schema import (
+    FIELD_ACCEPT,
     MAX_GPUS,
     MAX_GPUS_PER_NODE,
     MAX_ID_CHARS,
@@ -270,11 +271,13 @@ def _plain(cluster: Cluster) -> bool:
     if (type(nodes) is not tuple or not 0 < len(nodes) <= MAX_NODES or set(map(type, nodes)) != {Node}
             or cluster.topology is not None or type(cluster.gpu_speed) is not dict or cluster.gpu_speed):
         return False
-    ids, gpus = [n.id for n in nodes], [n.gpus for n in nodes]
-    return (set(map(type, ids)) == {str} and min(map(len, ids)) > 0 and max(map(len, ids)) <= MAX_ID_CHARS
-            and len(set(ids)) == len(ids) and set(map(type, gpus)) == {int} and min(gpus) >= 0
-            and max(gpus) <= MAX_GPUS_PER_NODE and sum(gpus) <= MAX_GPUS
+    ids, gpus = tuple(n.id for n in nodes), tuple(n.gpus for n in nodes)
+    return (valid_ids(ids, optional=False) and len(set(ids)) == len(ids)
+            and kept_numbers(gpus, _NODE_GPUS, int, optional=False) and sum(gpus) <= MAX_GPUS
             and all(type(n.gpu_type) is str and type(n.slowdown) is dict and not n.slowdown for n in nodes))
+
+
+_NODE_GPUS = FIELD_ACCEPT["node"]["gpus"]
 
 
 def _identical(a: Any, b: Any) -> bool:
