@@ -245,9 +245,9 @@ def _parse_cluster(ck: Checker, raw: Any) -> Cluster:
         return _check_cluster(ck, raw)
     checked = raw.derived.get(_CHECKED)
     if checked is not None:
-        return checked
+        return raw if checked is _AS_GIVEN else checked
     if _plain(raw):
-        raw.derived[_CHECKED] = raw
+        raw.derived[_CHECKED] = _AS_GIVEN
         return raw
     found = len(ck.problems)
     cluster = _check_cluster(ck, raw)
@@ -255,11 +255,17 @@ def _parse_cluster(ck: Checker, raw: Any) -> Cluster:
         # the given object itself where checking changed nothing: the rounds then share what it
         # remembers (Cluster.derived, Cluster.layout) with their caller, such as a replay, which
         # verifies each answer again on it
-        cluster = raw.derived[_CHECKED] = raw if _identical(raw, cluster) else cluster
+        as_given = _identical(raw, cluster)
+        raw.derived[_CHECKED] = _AS_GIVEN if as_given else cluster
+        cluster = raw if as_given else cluster
     return cluster
 
 
 _CHECKED = "io.parse: checked"  # Cluster.derived's key of the cluster as checked
+# ... where that is the given object itself: a marker, not the object, so that a Cluster does not
+# refer to itself, a cycle only Python's collector frees (one per round where a scheduler builds
+# its Cluster anew each round)
+_AS_GIVEN = "as given"
 
 
 def _plain(cluster: Cluster) -> bool:

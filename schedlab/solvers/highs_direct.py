@@ -45,6 +45,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import cache
@@ -375,9 +376,10 @@ def _relax(model: MilpArrays, time_limit_s: float, seed: int, options: Options =
     """The LP relaxation and its reduced costs. The relaxation of a round is small in rows:
     HiGHS's presolve cost it as much as the simplex (joint, 64 GPUs / 100 jobs: 20 ms with it,
     10 ms without)."""
-    h = _highs(model, np.zeros_like(model.integer), time_limit_s, 0.0, seed, options=options)
-    outcome = _outcome(h, model.integer & False)
-    return outcome, np.asarray(h.getSolution().col_dual) if outcome.values is not None else np.zeros(model.num_cols)
+    with _instance() as h:
+        _highs(h, model, np.zeros_like(model.integer), time_limit_s, 0.0, seed, options=options)
+        outcome = _outcome(h, model.integer & False)
+        return outcome, np.asarray(h.getSolution().col_dual) if outcome.values is not None else np.zeros(model.num_cols)
 
 
 def _priced_relax(model: MilpArrays, time_limit_s: float, seed: int, options: Options = ()) -> tuple[SolveOutcome, np.ndarray]:
@@ -395,27 +397,28 @@ def _priced_relax(model: MilpArrays, time_limit_s: float, seed: int, options: Op
     t0 = time.perf_counter()
     cols = np.flatnonzero(~defer)
     A = model.A.tocsc()
-    h = _highs(_columns_of(model, A, cols), np.zeros(len(cols), dtype=bool), time_limit_s, 0.0, seed, options=options)
-    while True:
-        outcome = _outcome(h, np.zeros(len(cols), dtype=bool))
-        if outcome.status != OPTIMAL or outcome.values is None:
-            return replace(outcome, values=None, solve_s=time.perf_counter() - t0), np.zeros(model.num_cols)
-        x = np.zeros(model.num_cols)
-        x[cols] = outcome.values
-        duals = _least_duals(model, cols, x, np.asarray(h.getSolution().row_dual))
-        reduced_cost = model.c - model.A.T @ duals
-        priced_in = np.flatnonzero(defer & (reduced_cost > _DUAL_TOL * np.maximum(1.0, np.abs(model.c))))
-        defer[priced_in] = False
-        left_s = time_limit_s - (time.perf_counter() - t0)
-        if not len(priced_in) or left_s <= 0:
-            break
-        block = A[:, priced_in]
-        h.addCols(len(priced_in), model.c[priced_in], model.col_lo[priced_in], model.col_hi[priced_in], block.nnz,
-                  block.indptr.astype(np.int32), block.indices.astype(np.int32), block.data.astype(float))
-        cols = np.concatenate([cols, priced_in])
-        h.setOptionValue("time_limit", float(left_s))
-        with _stdout_silenced():
-            h.run()
+    with _instance() as h:
+        _highs(h, _columns_of(model, A, cols), np.zeros(len(cols), dtype=bool), time_limit_s, 0.0, seed, options=options)
+        while True:
+            outcome = _outcome(h, np.zeros(len(cols), dtype=bool))
+            if outcome.status != OPTIMAL or outcome.values is None:
+                return replace(outcome, values=None, solve_s=time.perf_counter() - t0), np.zeros(model.num_cols)
+            x = np.zeros(model.num_cols)
+            x[cols] = outcome.values
+            duals = _least_duals(model, cols, x, np.asarray(h.getSolution().row_dual))
+            reduced_cost = model.c - model.A.T @ duals
+            priced_in = np.flatnonzero(defer & (reduced_cost > _DUAL_TOL * np.maximum(1.0, np.abs(model.c))))
+            defer[priced_in] = False
+            left_s = time_limit_s - (time.perf_counter() - t0)
+            if not len(priced_in) or left_s <= 0:
+                break
+            block = A[:, priced_in]
+            h.addCols(len(priced_in), model.c[priced_in], model.col_lo[priced_in], model.col_hi[priced_in], block.nnz,
+                      block.indptr.astype(np.int32), block.indices.astype(np.int32), block.data.astype(float))
+            cols = np.concatenate([cols, priced_in])
+            h.setOptionValue("time_limit", float(left_s))
+            with _stdout_silenced():
+                h.run()
     if len(priced_in):
         outcome = replace(outcome, status=TIME_LIMIT, message="time limit reached while columns priced in")
     return replace(outcome, values=x, solve_s=time.perf_counter() - t0), reduced_cost
@@ -461,7 +464,9 @@ def _least_duals(model: MilpArrays, cols: np.ndarray, x: np.ndarray, duals: np.n
 
 def _run(model: MilpArrays, integer: np.ndarray, time_limit_s: float, mip_gap: float, seed: int,
          presolve: bool = False, stop: StopSignal | None = None, options: Options = ()) -> SolveOutcome:
-    return _outcome(_highs(model, integer, time_limit_s, mip_gap, seed, presolve, stop, options), integer)
+    with _instance() as h:
+        _highs(h, model, integer, time_limit_s, mip_gap, seed, presolve, stop, options)
+        return _outcome(h, integer)
 
 
 def _run_restricted(model: MilpArrays, time_limit_s: float, mip_gap: float, seed: int, options: Options) -> SolveOutcome:
@@ -509,9 +514,25 @@ _OPTIONS = {"mip_heuristic_run_rins": False, "mip_heuristic_run_rens": False,
 IPM_MIN_ROWS = 8_000
 
 
-def _highs(model: MilpArrays, integer: np.ndarray, time_limit_s: float, mip_gap: float, seed: int,
-           presolve: bool = False, stop: StopSignal | None = None, options: Options = ()) -> highspy.Highs:
+@contextmanager
+def _instance() -> Iterator[highspy.Highs]:
+    """A new HiGHS instance for the block, let go of at its end. highspy's Highs refers to itself
+    (each of its callbacks holds it), so an instance, its model and its factorization outlive
+    their last use until Python's collector next runs, and that pass pays for destroying them:
+    a 64-GPU round's pass went from 80 to 190 us with its two instances in it (the round's and
+    its LP bound's), and a large round held its model in memory meanwhile. Emptying the list
+    of callbacks at the end of the block breaks the cycle, so the instance goes as the block
+    ends."""
     h = highspy.Highs()
+    try:
+        yield h
+    finally:
+        h.callbacks = []
+
+
+def _highs(h: highspy.Highs, model: MilpArrays, integer: np.ndarray, time_limit_s: float, mip_gap: float, seed: int,
+           presolve: bool = False, stop: StopSignal | None = None, options: Options = ()) -> None:
+    """`model` (the columns in `integer` integral) into a new instance `h`, solved there."""
     h.setOptionValue("output_flag", False)
     h.setOptionValue("presolve", "on" if presolve else "off")
     if model.num_rows >= IPM_MIN_ROWS and not integer.any():
@@ -548,7 +569,6 @@ def _highs(model: MilpArrays, integer: np.ndarray, time_limit_s: float, mip_gap:
             h.setOptionValue("output_flag", True)
         h.run()
     h.solve_s = time.perf_counter() - t0
-    return h
 
 
 _LOWER, _BASIC, _UPPER = highspy.HighsBasisStatus.kLower, highspy.HighsBasisStatus.kBasic, highspy.HighsBasisStatus.kUpper
@@ -613,9 +633,9 @@ def set_options(h: highspy.Highs, options: Options) -> None:
 
 def check_options(options: Options) -> None:
     """Raise InputError for the options HiGHS would reject (for routes that set them unchecked)."""
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    set_options(h, options)
+    with _instance() as h:
+        h.setOptionValue("output_flag", False)
+        set_options(h, options)
 
 
 def _outcome(h: highspy.Highs, integer: np.ndarray) -> SolveOutcome:
