@@ -156,3 +156,27 @@ def test_decoding_takes_a_stayers_gpus_once_and_places_new_shapes_beside_what_st
     refs = state.take_shape((0, 1, 2), 2, 2)  # 1, 3 and 4 GPUs free: n1 and n2 fit best
     assert refs == (GpuRef("n1", 1), GpuRef("n1", 2), GpuRef("n2", 0), GpuRef("n2", 1))
     assert state.free_gpus == 4 and state.take_shape((0, 1, 2), 1, 3) is None
+
+
+def test_single_node_takes_at_once_are_the_takes_one_by_one():
+    """take_shapes places `count` single-node shapes as `count` take_shape calls would, GPU
+    for GPU and in order, from nodes of mixed sizes partly held, also where they do not all fit
+    (the ones that do), and leaves the same state behind."""
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        cluster = Cluster(tuple(Node(f"n{k}", int(rng.choice([2, 4, 8]))) for k in range(int(rng.integers(1, 9)))))
+        held = tuple(GpuRef(n.id, i) for n in cluster.nodes for i in range(n.gpus) if rng.random() < 0.4)
+        nodes = tuple(int(k) for k in rng.permutation(len(cluster.nodes)))
+        z, count = int(rng.choice([1, 2, 4])), int(rng.integers(1, 12))
+        one, many = NodeState(cluster), NodeState(cluster)
+        for state in (one, many):
+            state.take_exact(held)
+            state.take_shape(nodes, 1, 1)  # a group bucketed before, as a round's decoding has it
+        singles = []
+        for _ in range(count):
+            if (refs := one.take_shape(nodes, 1, z)) is None:
+                break
+            singles.append(refs)
+        assert many.take_shapes(nodes, 1, z, count) == singles
+        assert [list(f) for f in many.free] == [list(f) for f in one.free] and many.free_gpus == one.free_gpus
+        assert many.take_shape(nodes, 1, 1) == one.take_shape(nodes, 1, 1)  # the buckets kept in step

@@ -88,7 +88,8 @@ import math
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import chain
+from itertools import chain, groupby
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -389,11 +390,15 @@ def placed(opts: OptionSet, chosen: np.ndarray) -> dict[int, tuple[GpuRef, ...]]
     item_size = opts.item_size
     new = picked[~opts.stay[picked]]
     new = new[np.lexsort((new, -opts.num_gpus[new], -item_size[new]))]  # largest first
-    for c, g, n, z in zip(new.tolist(), opts.group[new].tolist(), opts.num_nodes[new].tolist(), item_size[new].tolist()):
-        refs = state.take_shape(opts.groups[g].nodes, n, z)
-        if refs is None:
+    # a run of options of one shape in one group is taken at once (NodeState.take_shapes)
+    for (g, n, z), run in groupby(zip(opts.group[new].tolist(), opts.num_nodes[new].tolist(), item_size[new].tolist(),
+                                      new.tolist()), key=itemgetter(0, 1, 2)):
+        options = [c for *_, c in run]
+        taken = state.take_shapes(opts.groups[g].nodes, n, z, len(options))
+        if len(taken) < len(options):
+            c = options[len(taken)]
             raise DecodeError(f"no room for job {jobs[opts.job[c]].id!r} ({opts.num_gpus[c]} GPUs)")
-        gpus_of[c] = refs
+        gpus_of.update(zip(options, taken))
     return gpus_of
 
 
