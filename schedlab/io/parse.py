@@ -262,9 +262,9 @@ def _parse_cluster(ck: Checker, raw: Any) -> Cluster:
 
 
 _CHECKED = "io.parse: checked"  # Cluster.derived's key of the cluster as checked
-# ... where that is the given object itself: a marker, not the object, so that a Cluster does not
-# refer to itself, a cycle only Python's collector frees (one per round where a scheduler builds
-# its Cluster anew each round)
+# _CHECKED's value where that is the given object itself: a marker, not the object, so that a
+# Cluster does not refer to itself, a cycle only Python's collector frees (one a round where a
+# scheduler builds its Cluster anew each round)
 _AS_GIVEN = "as given"
 
 
