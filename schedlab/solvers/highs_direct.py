@@ -519,10 +519,10 @@ def _instance() -> Iterator[highspy.Highs]:
     """A new HiGHS instance for the block, let go of at its end. highspy's Highs refers to itself
     (each of its callbacks holds it), so an instance, its model and its factorization outlive
     their last use until Python's collector next runs, and that pass pays for destroying them:
-    the pass after a 64-GPU round took ~190 us with its two instances in it (the round's and its
-    LP bound's), ~80 without, and a large round held its model in memory meanwhile. Emptying the
-    list of callbacks at the end of the block breaks the cycle, so the instance goes as the
-    block ends."""
+    the pass after a 64-GPU round took 190-270 us with its two instances in it (the round's and
+    its LP bound's), 80-100 without, and a large round held its model in memory meanwhile.
+    Emptying the list of callbacks at the end of the block breaks the cycle, so the instance goes
+    as the block ends."""
     h = highspy.Highs()
     try:
         yield h
