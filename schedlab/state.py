@@ -247,6 +247,8 @@ def _node_gpu_refs(node_id: str, gpus: int) -> tuple[GpuRef, ...]:
     frozen dataclass, ~0.5 us to make, a round of 100 jobs made ~200 of them, and a scheduler
     that builds its Cluster anew each round made them anew each round."""
     return tuple(GpuRef(node_id, i) for i in range(gpus))
+
+
 LAYOUT_MEMO_TUPLES = 1 << 14  # the memo starts over when full (a replay holds a few hundred jobs at a time)
 
 

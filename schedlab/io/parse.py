@@ -251,13 +251,15 @@ def _parse_cluster(ck: Checker, raw: Any) -> Cluster:
         return raw
     found = len(ck.problems)
     cluster = _check_cluster(ck, raw)
-    if len(ck.problems) == found:
-        # the given object itself where checking changed nothing: the rounds then share what it
-        # remembers (Cluster.derived, Cluster.layout) with their caller, such as a replay, which
-        # verifies each answer again on it
-        as_given = _identical(raw, cluster)
-        raw.derived[_CHECKED] = _AS_GIVEN if as_given else cluster
-        cluster = raw if as_given else cluster
+    if len(ck.problems) > found:
+        return cluster
+    # the given object itself where checking changed nothing: the rounds then share what it
+    # remembers (Cluster.derived, Cluster.layout) with their caller, such as a replay, which
+    # verifies each answer again on it
+    if _identical(raw, cluster):
+        raw.derived[_CHECKED] = _AS_GIVEN
+        return raw
+    raw.derived[_CHECKED] = cluster
     return cluster
 
 
