@@ -70,6 +70,15 @@ def test_kmeans_picks_k_by_silhouette_and_outliers_get_their_own_class():
     assert len(set(sf.round(6))) == 4
 
 
+def test_a_cluster_of_a_few_gpus_is_tiered_each_value_its_own_tier():
+    # k-means needs more distinct values than K_RANGE's least k; a 2-GPU cluster raised ConfigError
+    cv = classify(pd.Series([1.0, 1.3, 1.3], index=["a", "b", "c"]))
+    assert cv.k == 2 and cv.slowdown.to_dict() == pytest.approx({"a": 1.0 / 1.15, "b": 1.3 / 1.15, "c": 1.3 / 1.15})
+    cluster = make_cluster(ClusterSpec(num_nodes=1, gpus_per_node=2, variability="measured", seed=3))[0]
+    for factors in cluster.nodes[0].slowdown.values():
+        assert len(set(factors)) == 2  # two GPUs, two tiers
+
+
 def test_the_silhouette_over_distinct_values_is_scikit_learns():
     # A simulated cluster's GPUs draw from a few hundred measured ones: many equal values, some
     # clusters of one. The distinct-value sums must give scikit-learn's pairwise score.

@@ -97,32 +97,45 @@ def silhouette_of_distinct(values: np.ndarray, labels: np.ndarray) -> float:
 
 
 def classify(perf: pd.Series, name: str = "", seed: int = 0) -> ClassVariability:
-    """Cluster per-GPU perf values (uuid -> perf) as PAL does, with k by silhouette."""
+    """Cluster per-GPU perf values (uuid -> perf) as PAL does, with k by silhouette.
+
+    Values above the mean by more than 3 standard deviations are outliers, each its own cluster.
+    Inliers of at most K_RANGE.start distinct values (a cluster of a few GPUs) leave no k to
+    choose: each value is its own cluster (PAL tiers hundreds of GPUs; a 2-GPU cluster raised)."""
+    values = perf.to_numpy(float)
+    if not len(values):
+        raise ConfigError(f"variability {name}: no GPUs to tier; give the cluster at least one GPU")
+    outlier = values > values.mean() + 3 * values.std()
+    inliers = values[~outlier]
+    distinct, inverse = np.unique(inliers, return_inverse=True)
+    k, inlier_labels, centers = ((len(distinct), inverse, distinct) if len(distinct) <= K_RANGE.start
+                                 else _kmeans_tiers(inliers, len(distinct), seed))
+    labels = np.empty(len(values), dtype=int)
+    labels[~outlier] = inlier_labels
+    labels[outlier] = k + np.arange(outlier.sum())
+    centroids = np.concatenate([centers, values[outlier]])
+    return ClassVariability(name, perf, labels, centroids, k, int(outlier.sum()))
+
+
+def _kmeans_tiers(inliers: np.ndarray, num_distinct: int, seed: int) -> tuple[int, np.ndarray, np.ndarray]:
+    """PAL's k-means of the inliers, k in K_RANGE (below their distinct values) of the best
+    silhouette: (k, each inlier's cluster, the centroids)."""
     from sklearn.cluster import KMeans  # here: only clusters with measured variability need k-means
     from sklearn.metrics import silhouette_score
 
-    values = perf.to_numpy(float)
-    if len(values) < 3:
-        raise ConfigError(f"variability {name}: need >= 3 measured GPUs, got {len(values)}")
-    outlier = values > values.mean() + 3 * values.std()
-    inliers = values[~outlier].reshape(-1, 1)
+    column = inliers.reshape(-1, 1)
     best = None
     for k in K_RANGE:
-        if k >= len(np.unique(inliers)):
+        if k >= num_distinct:
             break
-        km = KMeans(n_clusters=k, n_init=10, random_state=seed).fit(inliers)
-        score = (silhouette_score(inliers, km.labels_) if len(inliers) <= SILHOUETTE_PAIRWISE_MAX
-                 else silhouette_of_distinct(inliers.ravel(), km.labels_))
+        km = KMeans(n_clusters=k, n_init=10, random_state=seed).fit(column)
+        score = (silhouette_score(column, km.labels_) if len(column) <= SILHOUETTE_PAIRWISE_MAX
+                 else silhouette_of_distinct(inliers, km.labels_))
         if best is None or score > best[0]:
             best = (score, k, km)
-    if best is None:
-        raise ConfigError(f"variability {name}: the measurements hold fewer than 3 distinct values")
+    assert best is not None  # k = K_RANGE.start is below num_distinct
     _, k, km = best
-    labels = np.empty(len(values), dtype=int)
-    labels[~outlier] = km.labels_
-    labels[outlier] = k + np.arange(outlier.sum())
-    centroids = np.concatenate([km.cluster_centers_.ravel(), values[outlier]])
-    return ClassVariability(name, perf, labels, centroids, k, int(outlier.sum()))
+    return k, km.labels_, km.cluster_centers_.ravel()
 
 
 @cache
