@@ -275,3 +275,23 @@ def test_a_joint_round_without_jobs_or_without_gpus_is_answered():
                       jobs=tuple(replace(j, current_gpus=()) for j in ri.jobs))
     result = solve_round(drained)
     assert result.verified and not any(a.gpus for a in result.allocations)
+
+
+@pytest.mark.parametrize("shape", [(2, 1), (1, 1, 1, 1), (3, 2, 1), (1, 1, 1, 1, 1, 1, 1)])
+def test_a_nodes_patterns_are_the_maximal_ones_of_its_partitions(shape):
+    # pool_patterns keeps, of the partitions of a node's GPUs cut to the used parts, those no other
+    # contains (as multisets of parts): the bit-set filter must keep what comparing every pair keeps
+    from collections import Counter
+
+    from schedlab.formulations.joint_options import vector_partitions
+    from schedlab.formulations.joint_structure import _maximal
+
+    rng = np.random.default_rng(len(shape))
+    parts = sorted({m for pattern in vector_partitions(shape) for m in pattern})
+    for _ in range(5):
+        used = {m for m in parts if rng.random() < 0.6}
+        kept = sorted({tuple(m for m in pattern if m in used) for pattern in vector_partitions(shape)})
+        counts = [Counter(pattern) for pattern in kept]
+        pairwise = [pattern for pattern, count in zip(kept, counts)
+                    if not any(other != count and all(other[m] >= k for m, k in count.items()) for other in counts)]
+        assert _maximal(kept) == pairwise and len(pairwise) < len(kept)

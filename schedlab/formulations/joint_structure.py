@@ -147,10 +147,30 @@ def pool_patterns(shape: tuple[int, ...], holds: tuple[tuple[int, ...], ...], us
         for stay in itertools.combinations(range(len(holds)), size):
             left = tuple(t - sum(holds[c][s] for c in stay) for s, t in enumerate(shape))
             kept = sorted({tuple(m for m in pattern if m in used) for pattern in vector_partitions(left)})
-            counts = [Counter(pattern) for pattern in kept]
-            out += [(stay, pattern) for pattern, count in zip(kept, counts)
-                    if not any(other != count and all(other[m] >= k for m, k in count.items()) for other in counts)]
+            out += [(stay, pattern) for pattern in _maximal(kept)]
     return tuple(out)
+
+
+def _maximal(patterns: list[tuple[tuple[int, ...], ...]]) -> list[tuple[tuple[int, ...], ...]]:
+    """The distinct `patterns` (multisets of parts) that no other one contains, in their order.
+    A pattern is contained in those that hold each of its parts at least as often: the
+    intersection, as bit sets, of who holds part m k times. Comparing every pair took 24 s for
+    the 4,140 partitions of a node of 8 GPUs of 8 tiers (tier_tolerance 0.01)."""
+    counts = [Counter(pattern) for pattern in patterns]
+    holders: dict[tuple[tuple[int, ...], int], int] = {}  # (part, k) -> the patterns holding it k times or more
+    for i, count in enumerate(counts):
+        for m, k in count.items():
+            for times in range(1, k + 1):
+                holders[m, times] = holders.get((m, times), 0) | 1 << i
+    every = (1 << len(patterns)) - 1
+    out = []
+    for i, (pattern, count) in enumerate(zip(patterns, counts)):
+        others = every & ~(1 << i)
+        for m, k in count.items():
+            others &= holders[m, k]
+        if not others:
+            out.append(pattern)
+    return out
 
 
 @cache
