@@ -23,7 +23,7 @@ from schedlab.errors import DecodeError, InputError, SchedlabError, Verification
 from schedlab.formulations import FORMULATIONS
 from schedlab.formulations.base import CustomizedModel
 from schedlab.io import parse_round_input
-from schedlab.milp import FAILED, OneRoundModel, RoundModel, SolveOutcome
+from schedlab.milp import FAILED, BuildTimeout, OneRoundModel, RoundModel, SolveOutcome, build_deadline
 from schedlab.partition import auto_partitions, solve_partitioned
 from schedlab.solvers.highs_direct import lp_bound
 from schedlab.solvers.registry import solver as get_solver
@@ -51,7 +51,9 @@ def solve_round(round_input: RoundInput | Mapping[str, Any], *, solver: str | No
     local processes. Raises InputError for bad input; otherwise always returns a verified
     allocation. settings.time_limit_s bounds the whole call, parsing and model building
     included: the solver gets what is left of it, and an answer it has not proven optimal is
-    never below the formulation's greedy (the greedy is the answer then, status fallback).
+    never below the formulation's greedy (the greedy is the answer then, status fallback). A
+    model not built within it (joint's, on nodes of many GPUs in many tiers) gives way to the
+    goodput round's greedy, flagged fallback, objective NaN (`_unbuilt`).
 
     `customize(model)` changes the round's Pyomo model (build_model's) before any solver solves
     it (the array solvers its compiled arrays): add constraints, variables or objective terms;
@@ -153,7 +155,11 @@ def _solve_validated(ri: RoundInput, started_s: float | None = None,
     s = ri.settings
     t0 = time.perf_counter()
     started_s = t0 if started_s is None else started_s
-    model = FORMULATIONS[s.formulation](ri)
+    try:
+        with build_deadline(started_s + s.time_limit_s):
+            model = FORMULATIONS[s.formulation](ri)
+    except BuildTimeout as exc:
+        return _unbuilt(ri, str(exc), time.perf_counter() - t0)
     if customize is not None:
         model = CustomizedModel(_one_model(model, ri), customize)
     options_s = time.perf_counter() - t0
@@ -191,6 +197,22 @@ def _solve_validated(ri: RoundInput, started_s: float | None = None,
     return _bounded(RoundResult(allocations, FALLBACK, s.solver, objective, outcome.bound, _gap(outcome.bound, objective),
                                 build_s, outcome.solve_s, True, f"greedy fallback: {outcome.message}", options_s),
                     model, deadline_s)
+
+
+def _unbuilt(ri: RoundInput, what: str, build_s: float) -> RoundResult:
+    """The answer to a round whose model was not built within its time limit (BuildTimeout: the
+    joint model of nodes of many GPUs in many tiers grows exponentially): the goodput round's
+    greedy, which sees every job and GPU but neither tiers nor topology, decoded and verified,
+    flagged fallback, with neither objective nor bound in the round's own model (NaN)."""
+    t0 = time.perf_counter()
+    floor = FORMULATIONS["goodput"](replace(ri, settings=replace(ri.settings, formulation="goodput")))
+    allocations = floor.decode(floor.fallback())
+    verify(ri, allocations)
+    return RoundResult(allocations, FALLBACK, ri.settings.solver, math.nan, math.nan, math.inf,
+                       build_s + time.perf_counter() - t0, 0.0, True,
+                       f"greedy fallback: the {ri.settings.formulation} model was not built within the time limit "
+                       f"({what}); the goodput round's greedy answers, blind to tiers and topology: raise "
+                       "settings.tier_tolerance (fewer tiers) or settings.time_limit_s", build_s, bound_timed_out=True)
 
 
 def _bounded(result: RoundResult, model: RoundModel, deadline_s: float) -> RoundResult:

@@ -14,13 +14,18 @@ it; neither imports the other, and both import this module. It holds:
 - the protocols `MilpModel` (what a solver solves, as arrays or as Pyomo), `Solver` (a registry
   entry) and `RoundModel` (a round's model: solve, decode, objective, fallback), with `OneModel`,
   the base of a round that is one MilpModel;
-- `set_start`, which loads a point in the array layout into the model's Pyomo form.
+- `set_start`, which loads a point in the array layout into the model's Pyomo form;
+- `build_deadline` and `check_build_deadline`: the time a round's model must be built by, which
+  a formulation's enumerations that can grow exponentially check (`BuildTimeout`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -32,10 +37,36 @@ from schedlab.state import JobAllocation, RoundInput, Settings, Status
 if TYPE_CHECKING:
     import pyomo.environ as pyo
 
-__all__ = ["FAILED", "OPTIMAL", "TIME_LIMIT", "Decouples", "MilpArrays", "MilpModel", "OneModel", "OneRoundModel",
-           "RoundModel", "Rows", "SolveOutcome", "Solver", "one_row_choice", "set_start", "stack_rows"]
+__all__ = ["FAILED", "OPTIMAL", "TIME_LIMIT", "BuildTimeout", "Decouples", "MilpArrays", "MilpModel", "OneModel", "OneRoundModel",
+           "RoundModel", "Rows", "SolveOutcome", "Solver", "build_deadline", "check_build_deadline", "one_row_choice",
+           "set_start", "stack_rows"]
 
 OPTIMAL, TIME_LIMIT, FAILED = Status.OPTIMAL, Status.TIME_LIMIT, Status.FAILED
+
+
+class BuildTimeout(Exception):
+    """A round's model was not built by its deadline (`build_deadline`); solve_round answers
+    without it. Not a SchedlabError: it never reaches a caller."""
+
+
+_BUILD_DEADLINE: ContextVar[float] = ContextVar("build_deadline", default=math.inf)
+
+
+@contextmanager
+def build_deadline(at_s: float) -> Iterator[None]:
+    """The models built in the block must be built by `at_s` (a time.perf_counter() reading):
+    solve_round's time limit, which bounds the whole round. Outside such a block none is."""
+    token = _BUILD_DEADLINE.set(at_s)
+    try:
+        yield
+    finally:
+        _BUILD_DEADLINE.reset(token)
+
+
+def check_build_deadline(what: str) -> None:
+    """Raise BuildTimeout, naming `what` was being built, where the build's deadline has passed."""
+    if time.perf_counter() > _BUILD_DEADLINE.get():
+        raise BuildTimeout(what)
 
 
 @dataclass(frozen=True)

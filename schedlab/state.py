@@ -641,7 +641,9 @@ class RoundResult:
     enumerating and valuing the options). `bound` is an upper bound on the objective: the
     solver's, else the LP relaxation of the round's model (of a partitioned round, the sum of
     its parts'); NaN only for a heuristic policy's answer and where even the LP relaxation did
-    not finish within the time limit, `bound_timed_out`."""
+    not finish within the time limit, `bound_timed_out`. `objective` is NaN, with the bound, where
+    the round's model itself was not built within the limit (status fallback: the goodput round's
+    greedy answered, its message says why)."""
 
     allocations: tuple[JobAllocation, ...]
     status: Status

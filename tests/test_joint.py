@@ -295,3 +295,19 @@ def test_a_nodes_patterns_are_the_maximal_ones_of_its_partitions(shape):
         pairwise = [pattern for pattern, count in zip(kept, counts)
                     if not any(other != count and all(other[m] >= k for m, k in count.items()) for other in counts)]
         assert _maximal(kept) == pairwise and len(pairwise) < len(kept)
+
+
+def test_a_joint_model_too_large_to_build_in_time_answers_the_goodput_greedy():
+    # Nodes of 12 GPUs in about as many tiers share out in millions of ways (30 s to build at
+    # tier_tolerance 0.01): the time limit bounds the build, and the answer is still verified.
+    from schedlab.bench.fuzz import capacity_violations
+    from schedlab.clusters import ClusterSpec, make_cluster
+
+    cluster = make_cluster(ClusterSpec(num_nodes=2, gpus_per_node=12, racks=1, variability="centroids", seed=1))[0]
+    settings = Settings(formulation="joint", tier_tolerance=0.01, time_limit_s=0.5)
+    ri = replace(random_round(np.random.default_rng(1), 24, 3, 12, settings=settings), cluster=cluster)
+    result = solve_round(ri)
+    assert result.status == "fallback" and result.verified and result.bound_timed_out
+    assert "joint model was not built within the time limit" in result.message and "tier_tolerance" in result.message
+    assert math.isnan(result.objective) and capacity_violations(ri, result.allocations) == []
+    assert any(a.gpus for a in result.allocations)  # the goodput round's greedy, not nothing

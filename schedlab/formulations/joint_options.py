@@ -41,6 +41,7 @@ from schedlab.formulations.options import (
     unallocated_utilities,
     utility,
 )
+from schedlab.milp import check_build_deadline
 from schedlab.models.efficiency import BatchChoice, best_batch_shared
 from schedlab.models.freezing import scaled_params
 from schedlab.state import BatchLimits, Cluster, GradStats, JobSpec, RoundInput, ThroughputParams, Topology
@@ -378,6 +379,9 @@ class JointOptions(OptionCounts):
         return replace(self, **rows, stay_gpus={j: g for j, g in self.stay_gpus.items() if j in kept})
 
 
+_DEADLINE_EVERY = 4096  # partitions grown between checks of the build's deadline
+
+
 @cache
 def vector_partitions(total: tuple[int, ...]) -> tuple[tuple[tuple[int, ...], ...], ...]:
     """Every multiset of nonzero count vectors summing to `total`, each as its parts in
@@ -390,8 +394,11 @@ def vector_partitions(total: tuple[int, ...]) -> tuple[tuple[tuple[int, ...], ..
     """
     parts = sorted((m for m in itertools.product(*(range(t + 1) for t in total)) if any(m)), reverse=True)
     out: list[tuple[tuple[int, ...], ...]] = []
+    steps = itertools.count(1)
 
     def grow(left: tuple[int, ...], start: int, acc: tuple[tuple[int, ...], ...]) -> None:
+        if next(steps) % _DEADLINE_EVERY == 0:  # they grow as Bell numbers: 16 GPUs of 16 tiers, 10^10
+            check_build_deadline(f"the ways to share a node of {sum(total)} GPUs in {len(total)} slices of tiers")
         if not any(left):
             out.append(acc)
             return

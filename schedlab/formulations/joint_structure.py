@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from schedlab.formulations.joint_options import MULTI, SINGLE, JointOptions, vector_partitions
+from schedlab.milp import check_build_deadline
 
 __all__ = ["Bin", "Offsets", "Structure", "offsets", "part_counts", "pool_patterns", "structure"]
 
@@ -145,6 +146,7 @@ def pool_patterns(shape: tuple[int, ...], holds: tuple[tuple[int, ...], ...], us
     out = []
     for size in range(len(holds) + 1):
         for stay in itertools.combinations(range(len(holds)), size):
+            check_build_deadline(f"the patterns of a node of {sum(shape)} GPUs in {len(shape)} slices of tiers")
             left = tuple(t - sum(holds[c][s] for c in stay) for s, t in enumerate(shape))
             kept = sorted({tuple(m for m in pattern if m in used) for pattern in vector_partitions(left)})
             out += [(stay, pattern) for pattern in _maximal(kept)]
