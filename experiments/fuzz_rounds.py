@@ -1,6 +1,7 @@
 """Fuzzed rounds, valid and hostile: `python experiments/fuzz_rounds.py --valid N --mutated M [--json]`.
 
-valid    N random valid rounds (1-64 GPUs, 0-40 jobs, every p, running jobs on arbitrary GPUs),
+valid    N random valid rounds (1-64 GPUs of one to three types, 0-40 jobs, goodput or joint,
+         every p, racks, PAL's variability, freezing, running jobs on arbitrary GPUs),
          each solved and its answer checked by `capacity_violations`, a checker written apart
          from schedlab.verify: one entry per job, GPUs that exist, none shared, counts within
          [min_gpus, max_gpus].

@@ -1,6 +1,7 @@
 """Fuzzed rounds, valid and hostile, and an answer checker written apart from schedlab.verify.
 
-valid    random valid rounds (1-64 GPUs, 0-40 jobs, every p, running jobs on arbitrary GPUs),
+valid    random valid rounds (1-64 GPUs of one to three types, 0-40 jobs, goodput or joint,
+         every p, racks, PAL's variability, freezing, running jobs on arbitrary GPUs),
          each solved and its answer checked by `capacity_violations`: one entry per job, GPUs
          that exist, none shared, counts within [min_gpus, max_gpus].
 mutated  valid rounds as JSON, one field each mutated (dropped, duplicated, retyped, scaled,
@@ -24,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from schedlab.api import solve_round
-from schedlab.bench.rounds import random_round
+from schedlab.bench.rounds import mixed_pools, random_round
+from schedlab.clusters import ClusterSpec, make_cluster
 from schedlab.errors import InputError
 from schedlab.io import load_json, round_input_to_dict
 from schedlab.state import GpuRef, JobAllocation, RoundInput, Settings
@@ -35,16 +37,36 @@ __all__ = ["CASE_BOUND_S", "MUTATIONS", "capacity_violations", "mutated_case", "
 PROGRESS_EVERY = 5000  # valid rounds between progress lines on stderr
 CASE_BOUND_S = 20.0  # a round with time_limit_s = 1 must answer well within this
 P_VALUES = (1.0, 0.0, -0.5, -1.0, float("-inf"))
+FUZZED_FORMULATIONS = ("goodput", "joint")  # the rounds that are one model of every job
+FUZZED_GPU_TYPES = ("v100", "p100", "k80")
+# "measured" variability differs in its draws, not in what a round sees (tiers of slowdown
+# factors), and tiering it by k-means takes ~1 s a cluster
+FUZZED_VARIABILITY = ("none", "centroids")
+FUZZED_TIER_TOLERANCE = (0.05, 0.01)  # the default, and the finer tiers that make a node's patterns many
 
 
 def valid_round(rng: np.random.Generator, time_limit_s: float = 1.0) -> RoundInput:
-    """A random valid round; a third of its running jobs hold arbitrary (not packed) GPUs."""
+    """A random valid round of every part of the round model: the goodput or the joint
+    formulation, one to three GPU types, racks, PAL's variability (tiers at two tolerances) and
+    jobs that opt in to freezing. On a cluster of one type a third of the rounds have their running jobs on
+    arbitrary (not packed) GPUs (a job runs on one type, so not on several)."""
     gpus_per_node = int(rng.choice([1, 2, 4, 8]))
     nodes = int(rng.integers(1, max(64 // gpus_per_node, 1) + 1))
-    settings = Settings(p=float(rng.choice(P_VALUES)), time_limit_s=time_limit_s, seed=int(rng.integers(2**31)))
+    types = tuple(rng.permutation(FUZZED_GPU_TYPES)[:rng.integers(1, len(FUZZED_GPU_TYPES) + 1)].tolist())
+    pools = mixed_pools(nodes * gpus_per_node, types, gpus_per_node) if len(types) > 1 else ()
+    nodes = sum(p.num_nodes for p in pools) or nodes
+    settings = Settings(formulation=str(rng.choice(FUZZED_FORMULATIONS)), p=float(rng.choice(P_VALUES)),
+                        tier_tolerance=float(rng.choice(FUZZED_TIER_TOLERANCE)), time_limit_s=time_limit_s,
+                        seed=int(rng.integers(2**31)))
     ri = random_round(rng, nodes * gpus_per_node, int(rng.integers(0, 41)), gpus_per_node,
-                      running_fraction=float(rng.uniform(0, 0.8)), settings=settings)
-    return _scatter_running(rng, ri) if rng.random() < 1 / 3 else ri
+                      running_fraction=float(rng.uniform(0, 0.8)), settings=settings,
+                      freeze_fraction=float(rng.choice([0.0, 0.3])), pools=pools)
+    racks, variability = int(rng.integers(0, min(nodes, 4) + 1)), str(rng.choice(FUZZED_VARIABILITY))
+    if racks or variability != "none":
+        spec = ClusterSpec(nodes, gpus_per_node, racks=racks, uplink_gbps=50.0, variability=variability,
+                           seed=int(rng.integers(2**31)), pools=pools)
+        ri = replace(ri, cluster=make_cluster(spec)[0])
+    return _scatter_running(rng, ri) if not pools and rng.random() < 1 / 3 else ri
 
 
 def _scatter_running(rng: np.random.Generator, ri: RoundInput) -> RoundInput:
