@@ -4,6 +4,7 @@ its special case (no variability, no topology)."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import replace
 
 import numpy as np
@@ -13,10 +14,12 @@ from brute_force import joint_best
 from conftest import tiny_round
 
 from schedlab.api import solve_round
-from schedlab.bench import random_round
+from schedlab.bench import capacity_violations, random_round
+from schedlab.clusters import ClusterSpec, make_cluster
 from schedlab.formulations import FORMULATIONS
 from schedlab.formulations.joint import joint_model
-from schedlab.formulations.joint_options import enumerate_joint_options
+from schedlab.formulations.joint_options import enumerate_joint_options, vector_partitions
+from schedlab.formulations.joint_structure import _maximal
 from schedlab.milp import set_start
 from schedlab.solvers.highs_direct import solve_highs
 from schedlab.solvers.pyomo_backend import solve_appsi_highs
@@ -281,11 +284,6 @@ def test_a_joint_round_without_jobs_or_without_gpus_is_answered():
 def test_a_nodes_patterns_are_the_maximal_ones_of_its_partitions(shape):
     # pool_patterns keeps, of the partitions of a node's GPUs cut to the used parts, those no other
     # contains (as multisets of parts): the bit-set filter must keep what comparing every pair keeps
-    from collections import Counter
-
-    from schedlab.formulations.joint_options import vector_partitions
-    from schedlab.formulations.joint_structure import _maximal
-
     rng = np.random.default_rng(len(shape))
     parts = sorted({m for pattern in vector_partitions(shape) for m in pattern})
     for _ in range(5):
@@ -300,9 +298,6 @@ def test_a_nodes_patterns_are_the_maximal_ones_of_its_partitions(shape):
 def test_a_joint_model_too_large_to_build_in_time_answers_the_goodput_greedy():
     # Nodes of 12 GPUs in 7 slices of tiers (tier_tolerance 0.01) took 30 s to build, whatever the
     # limit: the time limit bounds the build, and the answer is still verified.
-    from schedlab.bench.fuzz import capacity_violations
-    from schedlab.clusters import ClusterSpec, make_cluster
-
     cluster = make_cluster(ClusterSpec(num_nodes=2, gpus_per_node=12, racks=1, variability="centroids", seed=1))[0]
     settings = Settings(formulation="joint", tier_tolerance=0.01, time_limit_s=0.5)
     ri = replace(random_round(np.random.default_rng(1), 24, 3, 12, settings=settings), cluster=cluster)
