@@ -237,7 +237,7 @@ def valid_as_given(ck: Checker, jobs: Any, cluster: Cluster) -> bool:
     kept = (all(_same(p, _parse_params(ck, p, "jobs.throughput_params")) for p in params.values())
             and all(_same(b, ck.once(b, "batch", functools.partial(_check_batch, ck, b, "jobs.batch")))
                     for b in batches.values())
-            and not any(map(cluster.projections, fields["throughput"])))
+            and not (cluster.gpu_speed and any(map(cluster.projections, fields["throughput"]))))
     if len(ck.problems) > found or not kept:
         del ck.problems[found:]
         return False

@@ -444,14 +444,19 @@ def _best_points(tables: np.ndarray, table: np.ndarray, points: np.ndarray | Non
     maxima wins, as on the whole grid."""
     if points is None:
         runnable, total = tables[table, 0], tables[table, 1]
-    else:
-        flat, across = tables.reshape(len(tables), -1), table[:, None]  # a table's row: its 4 x points numbers
-        runnable, total = flat[across, points], flat[across, points + BATCH_GRID_POINTS]
-    good = grid_goodput(runnable, total, GradStats(*grad_by_row[:, :, None]), init_bsz[:, None])
+        good = grid_goodput(runnable, total, GradStats(*grad_by_row[:, :, None]), init_bsz[:, None])
+        best = np.argmax(good, axis=1)
+        each = np.arange(len(best))
+        return good[each, best], tables[table, 2, best], tables[table, 3, best]
+    # each candidate by its place in the flat tables (a table: its 4 x points numbers), read with
+    # take (a 100-job round's 1,100 rows: 58 us, where indexing the tables in two dimensions took 92)
+    P, flat = BATCH_GRID_POINTS, tables.reshape(-1)
+    at = table[:, None] * (4 * P) + points
+    good = grid_goodput(flat.take(at), flat.take(at + P), GradStats(*grad_by_row[:, :, None]), init_bsz[:, None])
     best = np.argmax(good, axis=1)
     each = np.arange(len(best))
-    point = best if points is None else points[each, best]
-    return good[each, best], tables[table, 2, point], tables[table, 3, point]
+    chosen = at[each, best]
+    return good[each, best], flat.take(chosen + 2 * P), flat.take(chosen + 3 * P)
 
 
 def _grid_tables(params: ThroughputParams, limits: BatchLimits, num_nodes: np.ndarray, r: np.ndarray,
