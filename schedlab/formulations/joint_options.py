@@ -36,7 +36,7 @@ from schedlab.formulations.options import (
     multi_node_counts,
     node_groups,
     prune_dominated,
-    restart_factor,
+    restart_factors,
     stay_options,
     unallocated_utilities,
     utility,
@@ -718,8 +718,8 @@ def enumerate_joint_options(ri: RoundInput, prune: bool = True) -> JointOptions:
     np.maximum.at(best, job_arr, goodput)
     fair = np.where(fair > 0, fair, best)
     speedup = np.divide(goodput, fair[job_arr], out=np.zeros_like(goodput), where=fair[job_arr] > 0)
-    factor = np.array([restart_factor(job, settings) if job.running else 1.0 for job in jobs])
-    moves = (kind != STAY) & np.array([job.running for job in jobs], dtype=bool)[job_arr]
+    factor, running = restart_factors(jobs, settings)
+    moves = (kind != STAY) & running[job_arr]
     penalized = np.where(moves, speedup * factor[job_arr] if len(job_arr) else speedup, speedup)
     keep = (goodput > 0) & (penalized > 0)
     U0 = unallocated_utilities(job_arr, speedup, keep, len(jobs), settings)

@@ -74,7 +74,7 @@ __all__ = ["NodeGroup", "OptionColumns", "OptionCounts", "OptionSet", "chain_lev
            "enumerate_options", "fair_shapes", "field_values", "group_shapes", "job_allocations",
            "model_key", "model_table", "multi_node_counts", "placeable_gpus",
            "node_groups", "option_best_batch", "option_goodput", "pinned_stays", "prune_dominated", "restart_cost_s",
-           "restart_factor", "stay_options", "unallocated_utilities", "utility"]
+           "restart_factor", "restart_factors", "stay_options", "unallocated_utilities", "utility"]
 
 
 @cache  # asked for every node group, row and level of a round
@@ -359,6 +359,18 @@ def restart_factor(job: JobSpec, settings: Settings) -> float:
     return max(job.age_s - cost_s * job.num_restarts, 0.0) / (job.age_s + cost_s)
 
 
+def restart_factors(jobs: tuple[JobSpec, ...], settings: Settings) -> tuple[np.ndarray, np.ndarray]:
+    """Each job's restart_factor (1 for a job that does not run: nothing restarts it), and which
+    jobs run (JobSpec.running), as arrays: what a moving option's speedup is scaled by."""
+    running = np.fromiter(map(_RUNNING, jobs), dtype=bool, count=len(jobs))
+    factor = np.ones(len(jobs))
+    factor[running] = [restart_factor(jobs[j], settings) for j in np.flatnonzero(running).tolist()]
+    return factor, running
+
+
+_RUNNING = attrgetter("running")
+
+
 def multi_node_counts(num_nodes: int) -> list[int]:
     """2, 3, 4, 6, 8, 12, 16, 24, ... (2^k and 3 * 2^k) up to num_nodes, and num_nodes itself.
 
@@ -633,17 +645,18 @@ def option_best_batch(opts: OptionSet, which: np.ndarray, compute: np.ndarray, s
                        scale=(np.asarray(compute, dtype=float), np.asarray(sync, dtype=float)))
 
 
-def _round_rows(round_input: RoundInput, groups: tuple[NodeGroup, ...],
-                eligible: np.ndarray) -> tuple[_Rows, dict[int, Mapping[int, int]]]:
+def _round_rows(round_input: RoundInput, groups: tuple[NodeGroup, ...], eligible: np.ndarray,
+                running: np.ndarray) -> tuple[_Rows, dict[int, Mapping[int, int]]]:
     """Every job's new shapes in every usable group (within its GPU bounds), then its stay
     shape if running within bounds; ordered by job, group, shape. And each stayer's GPUs per node.
-    `eligible` is _eligible's mask."""
+    `eligible` is _eligible's mask, `running` restart_factors's."""
     jobs, nodes = round_input.jobs, round_input.cluster.nodes
     types = tuple(sorted(round_input.cluster.gpu_types))  # the cluster's own set: not a pass over its nodes each round
-    lo = np.array([job.min_gpus for job in jobs], dtype=int)
-    hi = np.array([job.max_gpus for job in jobs], dtype=int)
+    # each field a column read in C (a list per field took ~70 us of a 100-job round's options)
+    lo, hi = (np.fromiter(map(field, jobs), dtype=int, count=len(jobs)) for field in (_MIN_GPUS, _MAX_GPUS))
+    held = np.fromiter(map(len, map(_CURRENT_GPUS, jobs)), dtype=int, count=len(jobs))
     parts = []
-    movable = eligible & ~np.array([job.pinned for job in jobs], dtype=bool)[:, None]  # a pinned job only stays
+    movable = eligible & ~np.fromiter(map(_PINNED, jobs), dtype=bool, count=len(jobs))[:, None]  # a pinned job only stays
     for g, grp in enumerate(groups):
         shape_nodes, shape_gpus = group_shapes(grp)
         mine = np.flatnonzero(movable[:, g])
@@ -653,17 +666,20 @@ def _round_rows(round_input: RoundInput, groups: tuple[NodeGroup, ...],
     layout = round_input.cluster.layout
     stay_nodes: dict[int, Mapping[int, int]] = {}
     stays = []
-    for j in np.flatnonzero(eligible.any(axis=1)).tolist():
+    for j in np.flatnonzero(eligible.any(axis=1) & running & (lo <= held) & (held <= hi)).tolist():
         job = jobs[j]
-        if job.running and job.min_gpus <= len(job.current_gpus) <= job.max_gpus:
-            counts = layout(job.current_gpus).counts
-            stay_nodes[j] = counts
-            gpu_type = types.index(nodes[next(iter(counts))].gpu_type)
-            stays.append((j, -1, len(groups), len(counts), len(job.current_gpus), gpu_type))
+        counts = layout(job.current_gpus).counts
+        stay_nodes[j] = counts
+        gpu_type = types.index(nodes[next(iter(counts))].gpu_type)
+        stays.append((j, -1, len(groups), len(counts), len(job.current_gpus), gpu_type))
     parts.append(np.array(stays, dtype=int).reshape(-1, 6).T)
     job, group, shape, num_nodes, gpus, gpu_type = np.concatenate(parts, axis=1)
     order = np.lexsort((shape, np.where(group < 0, len(groups), group), job))
     return _Rows(job[order], group[order], gpu_type[order], num_nodes[order], gpus[order], types), stay_nodes
+
+
+_MIN_GPUS, _MAX_GPUS, _PINNED = attrgetter("min_gpus"), attrgetter("max_gpus"), attrgetter("pinned")
+_CURRENT_GPUS = attrgetter("current_gpus")
 
 
 def fair_shapes(round_input: RoundInput, groups: tuple[NodeGroup, ...],
@@ -682,8 +698,8 @@ def fair_shapes(round_input: RoundInput, groups: tuple[NodeGroup, ...],
     per_node = np.array([g.gpus_per_node for g in groups], dtype=int)
     best = (np.argmax(np.where(eligible[has], capacity, -1), axis=1) if len(groups)  # the first largest
             else np.zeros(0, dtype=int))
-    lo = np.array([max(jobs[j].min_gpus, 1) for j in has.tolist()], dtype=int)
-    hi = np.array([jobs[j].max_gpus for j in has.tolist()], dtype=int)
+    lo, hi = (np.fromiter(map(field, jobs), dtype=int, count=len(jobs))[has] for field in (_MIN_GPUS, _MAX_GPUS))
+    lo = np.maximum(lo, 1)
     gpus = np.minimum(np.minimum(np.maximum(round_input.fair_share_gpus, lo), hi), capacity[best])
     return has, best, -(-gpus // per_node[best]), gpus
 
@@ -704,7 +720,8 @@ def enumerate_options(round_input: RoundInput, prune: bool = True) -> OptionSet:
     jobs, settings = round_input.jobs, round_input.settings
     groups = node_groups(round_input)
     eligible = _eligible(jobs, groups)
-    rows, stay_nodes = _round_rows(round_input, groups, eligible)
+    factor, running = restart_factors(jobs, settings)
+    rows, stay_nodes = _round_rows(round_input, groups, eligible, running)
     job_arr = rows.job
     n = len(job_arr)
     goodput, speedup = np.zeros(0), np.zeros(0)
@@ -722,8 +739,6 @@ def enumerate_options(round_input: RoundInput, prune: bool = True) -> OptionSet:
         speedup = np.divide(goodput, fair_goodput[job_arr], out=np.zeros_like(goodput), where=fair_goodput[job_arr] > 0)
 
     group_arr = rows.group
-    factor = np.array([restart_factor(job, settings) if job.running else 1.0 for job in jobs])
-    running = np.array([job.running for job in jobs], dtype=bool)
     moves = (group_arr >= 0) & running[job_arr]
     penalized = np.where(moves, speedup * factor[job_arr] if len(job_arr) else speedup, speedup)
     keep = (goodput > 0) & (penalized > 0)
