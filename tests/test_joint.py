@@ -18,6 +18,7 @@ from schedlab.bench import capacity_violations, random_round
 from schedlab.clusters import ClusterSpec, make_cluster
 from schedlab.formulations import FORMULATIONS
 from schedlab.formulations.joint import joint_model
+from schedlab.formulations.joint_decode import greedy_point, max_min_point
 from schedlab.formulations.joint_options import enumerate_joint_options, vector_partitions
 from schedlab.formulations.joint_structure import _maximal
 from schedlab.milp import set_start
@@ -267,6 +268,26 @@ def test_a_failed_solver_still_gets_a_verified_greedy_answer(monkeypatch):
         for job in running:  # running jobs keep their GPUs (no restart)
             assert result.allocation(job.id).gpus == tuple(sorted(job.current_gpus)) or not result.allocation(job.id).gpus
         assert any(a.gpus for a in result.allocations)
+
+
+def test_the_max_min_floor_serves_every_job_validly_and_never_above_the_optimum():
+    rng = np.random.default_rng(4)
+    served_rounds = 0
+    for case in range(24):
+        ri = _with_world(rng, tiny_round(rng, p=-math.inf, max_jobs=3, max_nodes=3), racks=bool(case % 2))
+        ri = replace(ri, settings=replace(ri.settings, formulation="joint"))
+        model = joint_model(ri)
+        served = max_min_point(model.opts, model.st)
+        if served is None:
+            continue
+        served_rounds += 1
+        allocations = model.decode(served)
+        verify(ri, allocations)
+        assert all(a.gpus for a in allocations) and min(a.speedup for a in allocations) > 0, case
+        expected = joint_best(ri)
+        assert model.objective(served) <= expected + 1e-6 * max(1.0, abs(expected)), case
+        assert model.objective(model.fallback()) >= model.objective(greedy_point(model.opts, model.st)), case
+    assert served_rounds >= 16
 
 
 def test_a_joint_round_without_jobs_or_without_gpus_is_answered():

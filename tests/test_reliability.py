@@ -211,7 +211,9 @@ def test_mutated_rounds_end_in_an_answer_or_an_input_error():
 def test_fuzzed_valid_rounds_break_no_capacity_and_solve():
     out = run_valid(60, seed=1)
     assert out["violations"] == 0 and out["exceptions"] == 0
-    assert set(out["statuses"]) <= {"optimal", "time_limit"} and out["statuses"]["optimal"] >= 55
+    # fallback: a max-min round whose floor, every job served (formulations.greedy), beats the
+    # solver's answer at the 1 s limit (one here: 14,153 against the floor's 14,793)
+    assert set(out["statuses"]) <= {"optimal", "time_limit", "fallback"} and out["statuses"]["optimal"] >= 55
 
 
 def test_the_independent_checker_catches_a_shared_gpu():

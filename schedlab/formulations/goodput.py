@@ -96,7 +96,7 @@ import numpy as np
 
 from schedlab.errors import DecodeError
 from schedlab.formulations.freezing import enumerate_freeze_options, has_freezing
-from schedlab.formulations.greedy import greedy_choice
+from schedlab.formulations.greedy import greedy_choice, max_min_choice
 from schedlab.formulations.options import (
     OptionColumns,
     OptionSet,
@@ -487,9 +487,14 @@ class GoodputModel(OneModel):
         return objective_value(self.opts, self.chosen(values))
 
     def fallback(self) -> np.ndarray:
-        """x from the greedy (formulations.greedy); w and t are not needed to decode."""
+        """x from the greedy (formulations.greedy), under max-min the better of it and the floor
+        at which every job is served (max_min_choice); w and t are not needed to decode."""
         values = np.zeros(self.opts.num_options)
         values[greedy_choice(self.opts)] = 1.0
+        if self.round_input.settings.max_min and (served := max_min_choice(self.opts)) is not None:
+            floor = served.astype(float)
+            if self.objective(floor) > self.objective(values):
+                return floor
         return values
 
 

@@ -187,7 +187,7 @@ import numpy as np
 
 from schedlab.formulations.freezing import fold_freeze_levels, has_freezing
 from schedlab.formulations.goodput import max_min_upper, max_min_weight, min_job_speedup, objective_value
-from schedlab.formulations.joint_decode import decode, greedy_point
+from schedlab.formulations.joint_decode import decode, greedy_point, max_min_point
 from schedlab.formulations.joint_options import (
     MULTI,
     SINGLE,
@@ -693,8 +693,13 @@ class JointModel(OneModel):
         return objective_value(self.opts, np.asarray(values[: self.opts.num_options]) > 0.5)
 
     def fallback(self) -> np.ndarray:
-        """A feasible point found greedily (`greedy_point`): the answer when a solver has none."""
-        return greedy_point(self.opts, self.st)
+        """A feasible point found greedily (`greedy_point`), under max-min the better of it and the
+        floor at which every job is served (`max_min_point`): the answer when a solver has none."""
+        values = greedy_point(self.opts, self.st)
+        if self.opts.round_input.settings.max_min and (served := max_min_point(self.opts, self.st)) is not None:
+            if self.objective(served) > self.objective(values):
+                return served
+        return values
 
 
 def allocation_objective(opts: JointOptions, allocations: tuple[JobAllocation, ...]) -> float:

@@ -1,6 +1,6 @@
-"""A joint round's point on concrete GPUs (`decode`), and a feasible point found greedily
-(`greedy_point`), the answer when a solver has none: joint.py's docstring argues why decoding
-never fails; the verifier checks anyway.
+"""A joint round's point on concrete GPUs (`decode`), and feasible points found greedily
+(`greedy_point`; under max-min also `max_min_point`), the answer when a solver has none:
+joint.py's docstring argues why decoding never fails; the verifier checks anyway.
 """
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from itertools import chain
 import numpy as np
 
 from schedlab.errors import DecodeError
+from schedlab.formulations.greedy import max_min_floor
 from schedlab.formulations.joint_options import MULTI, SINGLE, STAY, JointOptions
 from schedlab.formulations.joint_structure import Structure, offsets, part_counts
 from schedlab.formulations.options import job_allocations
 from schedlab.formulations.packing import NodeState
 from schedlab.state import GpuRef, JobAllocation
 
-__all__ = ["decode", "greedy_point"]
+__all__ = ["decode", "greedy_point", "max_min_point"]
 
 
 def decode(opts: JointOptions, st: Structure, values: np.ndarray) -> tuple[JobAllocation, ...]:
@@ -184,66 +185,94 @@ def greedy_point(opts: JointOptions, st: Structure) -> np.ndarray:
     """A feasible point found greedily: the fallback when a solver has none.
 
     Running jobs whose GPUs are still free stay; then options are taken by the utility they add
-    over U0, best first: a job not yet placed takes the option if it adds value and fits (a
-    single option in the first slot of its demand with room, on the tightest node of its kind;
-    a multi option on empty whole nodes of the first definition of its group with enough). The
-    point's y, z and q count what was taken, u the pattern each heterogeneous node's jobs fit
-    (`_patterns_of`); w and t are left 0.
+    over U0, best first: a job not yet placed takes the option if it adds value and fits
+    (`_Greedy.take`). The point's y, z and q count what was taken, u the pattern each
+    heterogeneous node's jobs fit (`_patterns_of`); w and t are left 0.
     """
-    cl = opts.cluster
-    at = offsets(opts, st)
-    point = np.zeros(at.end + opts.round_input.settings.max_min)
-    free = [set(range(node.gpus)) for node in opts.round_input.cluster.nodes]
-    placed = set()
-    for j, held in opts.stay_gpus.items():
-        if all(set(g) <= free[k] for k, g in held.items()):
-            for k, g in held.items():
-                free[k] -= set(g)
-            point[opts.stay_option(j)] = 1.0
-            placed.add(j)
-    empty = _EmptyNodes(opts, st, free)
-    y_of = {s: at.y + i for i, s in enumerate(st.y_cols)}
-    slots_of: dict[int, list[int]] = {}
-    for s in st.y_cols:
-        slots_of.setdefault(opts.slots[s].demand, []).append(s)
-    cursor = dict.fromkeys(slots_of, 0)  # a slot with no room now has none later: free GPUs only shrink
-    z_of = {ep: at.z + i for i, ep in enumerate(st.z_cols)}
-    q_of = {en: at.q + i for i, en in enumerate(st.q_cols)}
-    parts: dict[int, list[tuple[int, ...]]] = {}  # heterogeneous node -> the compositions placed on it
+    greedy = _Greedy(opts, st)
+    for j in opts.stay_gpus:
+        greedy.take(opts.stay_option(j))
     gain = opts.utility - opts.U0[opts.job]
-    for c in np.argsort(-gain, kind="stable"):
-        j = int(opts.job[c])
-        if j in placed or gain[c] <= 0 or opts.kind[c] == STAY:
-            continue
-        if opts.kind[c] == MULTI:
+    for c in np.argsort(-gain, kind="stable").tolist():
+        if opts.job[c] not in greedy.placed and gain[c] > 0 and opts.kind[c] != STAY:
+            greedy.take(c)
+    return greedy.point()
+
+
+def max_min_point(opts: JointOptions, st: Structure) -> np.ndarray | None:
+    """Under max-min, every job served at the highest floor of s'_c that formulations.greedy's
+    bisection finds (max_min_floor), taking options as `greedy_point` does; None where none is."""
+    found = max_min_floor(opts.job, opts.num_gpus, opts.kind == STAY, opts.penalized_speedup, opts.num_jobs,
+                          opts.round_input.cluster.total_gpus, lambda: _Greedy(opts, st))
+    return None if found is None else found.point()
+
+
+class _Greedy:
+    """The greedy's state (a formulations.greedy.Taker): each node's free GPUs, the jobs placed,
+    and the point's counts of what was taken."""
+
+    def __init__(self, opts: JointOptions, st: Structure) -> None:
+        self.opts, self.st, self.at = opts, st, offsets(opts, st)
+        self.values = np.zeros(self.at.end + opts.round_input.settings.max_min)
+        self.free = [set(range(node.gpus)) for node in opts.round_input.cluster.nodes]
+        self.placed: set[int] = set()
+        self.empty = _EmptyNodes(opts, st, self.free)
+        self.y_of = {s: self.at.y + i for i, s in enumerate(st.y_cols)}
+        self.slots_of: dict[int, list[int]] = {}
+        for s in st.y_cols:
+            self.slots_of.setdefault(opts.slots[s].demand, []).append(s)
+        self.cursor = dict.fromkeys(self.slots_of, 0)  # a slot with no room now has none later: free GPUs only shrink
+        self.z_of = {ep: self.at.z + i for i, ep in enumerate(st.z_cols)}
+        self.q_of = {en: self.at.q + i for i, en in enumerate(st.q_cols)}
+        self.parts: dict[int, list[tuple[int, ...]]] = {}  # heterogeneous node -> the compositions placed on it
+
+    def take(self, c: int) -> bool:
+        """Take option c for its job where it fits: a stay on its GPUs if they are all free; a
+        multi option on empty whole nodes of the first definition of its group with enough; a
+        single option in the first slot of its demand with room, on the tightest node of its
+        kind. Whether it did."""
+        opts, cl, j = self.opts, self.opts.cluster, int(self.opts.job[c])
+        if opts.kind[c] == STAY:
+            held = opts.stay_gpus[j]
+            if not all(set(g) <= self.free[k] for k, g in held.items()):
+                return False
+            for k, g in held.items():
+                self.free[k] -= set(g)
+                self.empty.used(k)
+        elif opts.kind[c] == MULTI:
             n = int(opts.num_nodes[c])
-            e = next((e for e in opts.groups[opts.ref[c]].defs if (e, n) in q_of and empty.count[e] >= n), None)
+            e = next((e for e in opts.groups[opts.ref[c]].defs if (e, n) in self.q_of and self.empty.count[e] >= n), None)
             if e is None:
-                continue
-            for k in empty.take(e, n):
-                free[k] = set()
-                point[z_of[e, cl.pool_of[k]]] += 1
-            point[q_of[e, n]] += 1
+                return False
+            for k in self.empty.take(e, n):
+                self.free[k] = set()
+                self.values[self.z_of[e, cl.pool_of[k]]] += 1
+            self.values[self.q_of[e, n]] += 1
         else:
             d = int(opts.ref[c])
-            mine = slots_of.get(d, [])
+            mine = self.slots_of.get(d, [])
             take = None
-            while cursor.get(d, 0) < len(mine) and (take := _room(opts, mine[cursor[d]], free)) is None:
-                cursor[d] += 1
+            while self.cursor.get(d, 0) < len(mine) and (take := _room(opts, mine[self.cursor[d]], self.free)) is None:
+                self.cursor[d] += 1
             if take is None:
-                continue
+                return False
             k, gpus = take
-            free[k] -= gpus
-            empty.used(k)
-            slot = opts.slots[mine[cursor[d]]]
+            self.free[k] -= gpus
+            self.empty.used(k)
+            slot = opts.slots[mine[self.cursor[d]]]
             if not cl.kinds[slot.kind].homogeneous:
-                parts.setdefault(k, []).append(slot.comp)
-            point[y_of[mine[cursor[d]]]] += 1
-        point[c] = 1.0
-        placed.add(j)
-    for i in _patterns_of(opts, st, point, parts):
-        point[at.u + i] += 1
-    return point
+                self.parts.setdefault(k, []).append(slot.comp)
+            self.values[self.y_of[mine[self.cursor[d]]]] += 1
+        self.values[c] = 1.0
+        self.placed.add(j)
+        return True
+
+    def point(self) -> np.ndarray:
+        """The point of what was taken, with the u column of each heterogeneous node used (`_patterns_of`)."""
+        point = self.values.copy()
+        for i in _patterns_of(self.opts, self.st, point, self.parts):
+            point[self.at.u + i] += 1
+        return point
 
 
 def _room(opts: JointOptions, s: int, free: list[set[int]]) -> tuple[int, set[int]] | None:
