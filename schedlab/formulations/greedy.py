@@ -32,14 +32,9 @@ __all__ = ["FLOOR_STEPS", "Taker", "greedy_choice", "max_min_choice", "max_min_f
 
 def greedy_choice(opts: OptionSet) -> np.ndarray:
     """A boolean mask over options: at most one per job, all realizable together."""
-    jobs = opts.round_input.jobs
-    state = NodeState(opts.round_input.cluster)
-    chosen = np.zeros(opts.num_options, dtype=bool)
-    placed = [False] * opts.num_jobs
+    packing = _Packing(opts)
     for j in sorted(opts.stay_nodes):
-        if state.take_exact(jobs[j].current_gpus):
-            chosen[opts.stay_option(j)] = True
-            placed[j] = True
+        packing.take(opts.stay_option(j))
     gain = opts.utility - opts.U0[opts.job]
     new = np.flatnonzero(~opts.stay)
     best_gain = np.full(opts.num_jobs, -np.inf)
@@ -50,12 +45,10 @@ def greedy_choice(opts: OptionSet) -> np.ndarray:
     # its own gain, then its index: each job tries its options in that order until one fits.
     tries = new[gain[new] > 0]
     tries = tries[np.lexsort((-gain[tries], rank[opts.job[tries]]))]
-    per_node = opts.item_size
-    for c, j, g, n, z in zip(tries.tolist(), opts.job[tries].tolist(), opts.group[tries].tolist(),
-                             opts.num_nodes[tries].tolist(), per_node[tries].tolist()):
-        if not placed[j] and state.take_shape(opts.groups[g].nodes, n, z) is not None:
-            chosen[c] = placed[j] = True
-    return chosen
+    for c in tries.tolist():
+        if opts.job[c] not in packing.placed:
+            packing.take(c)
+    return packing.chosen
 
 
 class Taker(Protocol):
@@ -123,12 +116,14 @@ def max_min_choice(opts: OptionSet) -> np.ndarray | None:
 
 
 class _Packing:
-    """The goodput round's Taker: stays on their own GPUs, shapes best fit (packing.NodeState)."""
+    """The goodput round's Taker, both greedies': stays on their own GPUs, shapes best fit
+    (packing.NodeState); the options taken and their jobs."""
 
     def __init__(self, opts: OptionSet) -> None:
         self.opts = opts
         self.state = NodeState(opts.round_input.cluster)
         self.chosen = np.zeros(opts.num_options, dtype=bool)
+        self.placed: set[int] = set()
 
     def take(self, c: int) -> bool:
         """Take option c where it fits; whether it did."""
@@ -137,5 +132,7 @@ class _Packing:
             fits = self.state.take_exact(o.round_input.jobs[o.job[c]].current_gpus)
         else:
             fits = self.state.take_shape(o.groups[o.group[c]].nodes, int(o.num_nodes[c]), int(o.item_size[c])) is not None
-        self.chosen[c] = fits
+        if fits:
+            self.chosen[c] = True
+            self.placed.add(int(o.job[c]))
         return fits
