@@ -72,6 +72,32 @@ def test_solve_round_leaves_the_garbage_collector_as_it_found_it(monkeypatch):
     assert gc.isenabled()
 
 
+
+def test_a_pass_the_caller_made_due_runs_outside_the_round():
+    """A collector pass that the caller's allocations made due (more new objects than the
+    collector's threshold) waits for the caller's next allocation: none runs while the round is
+    solved, at its first allocation or its last."""
+    ri = _example()
+    passes = []
+
+    def count(phase, info):
+        if phase == "start":
+            passes.append(info["generation"])
+
+    gc.collect()
+    gc.callbacks.append(count)
+    try:
+        for _ in range(5):
+            gc.disable()
+            debt = [[] for _ in range(gc.get_threshold()[0] + 1)]  # tracked objects: a pass is due
+            gc.enable()
+            passes.clear()
+            solve_round(ri)
+            assert not passes  # (no allocation before the check: it would run the pass)
+            del debt
+    finally:
+        gc.callbacks.remove(count)
+
 @pytest.mark.parametrize("p", [-1.0, 0.0])
 def test_a_round_leaves_no_cycle_for_the_garbage_collector(p):
     """What a round made goes when the round and its answer do, solver instances and the
