@@ -72,7 +72,6 @@ def test_solve_round_leaves_the_garbage_collector_as_it_found_it(monkeypatch):
     assert gc.isenabled()
 
 
-
 def test_a_pass_the_caller_made_due_runs_outside_the_round():
     """A collector pass that the caller's allocations made due (more new objects than the
     collector's threshold) waits for the caller's next allocation: none runs while the round is
@@ -97,6 +96,7 @@ def test_a_pass_the_caller_made_due_runs_outside_the_round():
             del debt
     finally:
         gc.callbacks.remove(count)
+
 
 @pytest.mark.parametrize("p", [-1.0, 0.0])
 def test_a_round_leaves_no_cycle_for_the_garbage_collector(p):
