@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -282,7 +282,6 @@ class MilpModel(Protocol):
         """A feasible point to warm-start from (array layout), if known."""
 
 
-@runtime_checkable
 class Decouples(Protocol):
     """A model that decides, without building its arrays, whether its decoupled point is its
     optimum (solvers.outcome.decoupled_optimum: each one-of row at its own best column, the

@@ -21,7 +21,7 @@ from functools import partial
 from typing import Protocol
 
 from schedlab.errors import SolverError
-from schedlab.milp import FAILED, Decouples, MilpModel, SolveOutcome, set_start
+from schedlab.milp import FAILED, MilpModel, SolveOutcome, set_start
 from schedlab.solvers.cpsat import solve_cpsat
 from schedlab.solvers.highs_direct import solve_highs
 from schedlab.solvers.portfolio import solve_portfolio
@@ -48,12 +48,13 @@ class ArraySolver:
 
     def __call__(self, model: MilpModel, s: Settings) -> tuple[SolveOutcome, float]:
         """The outcome on the model's arrays and the seconds spent building them, within s.time_limit_s."""
-        decides = model if "lp_first" in self.extra and s.lp_first and isinstance(model, Decouples) else None
-        if decides is not None and (found := decides.decoupled()) is not None:
+        # by its method, not isinstance: a runtime protocol's check took ~20 us of a 64-GPU round
+        decoupled = getattr(model, "decoupled", None) if "lp_first" in self.extra and s.lp_first else None
+        if decoupled is not None and (found := decoupled()) is not None:
             return found, 0.0
         t0 = time.perf_counter()
         arrays = model.arrays()
-        if decides is not None:  # it decided: its decoupled point is not its optimum, and LP first need not look
+        if decoupled is not None:  # it decided: its decoupled point is not its optimum, and LP first need not look
             arrays = replace(arrays, coupled=True)
         build_s = time.perf_counter() - t0
         extra = {name: getattr(s, name) for name in self.extra}
