@@ -16,6 +16,7 @@ from schedlab.milp import MilpArrays, SolveOutcome
 from schedlab.solvers import highs_direct, portfolio
 from schedlab.solvers.cpsat import solve_cpsat
 from schedlab.solvers.highs_direct import solve_highs
+from schedlab.solvers.outcome import StopSignal
 from schedlab.state import Settings
 
 DATA = Path(__file__).parent / "data"
@@ -74,6 +75,14 @@ def test_the_first_proof_stops_the_other_search():
     assert out.status == "optimal" and "cpsat: OPTIMAL" in out.message
     assert "highs MIP: Interrupted by user" in out.message, out.message
 
+
+def test_a_race_won_before_cpsat_searches_does_not_wait_for_its_search():
+    """CpSolver.stop_search does nothing before a search begins: CP-SAT, stopped while it writes
+    its model (this round's takes it ~0.1 s to prove), returns at once without a point."""
+    stop = StopSignal()
+    stop.stop()
+    out = solve_cpsat(_loose_lp_round(), 60.0, 1e-4, stop=stop)
+    assert (out.status, out.values, out.message) == ("failed", None, "stopped before its search began")
 
 def test_the_race_starts_highs_from_the_better_of_the_lp_first_point_and_the_models_start(monkeypatch):
     # without reduced-cost fixing (which proves this round) the LP-first search leaves it open

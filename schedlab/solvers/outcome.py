@@ -39,6 +39,11 @@ class StopSignal:
         for hook in hooks:
             hook()
 
+    @property
+    def stopped(self) -> bool:
+        """Whether the signal was given: a search that has not begun need not begin."""
+        return self._stopped
+
 
 def best_of(outcomes: tuple[SolveOutcome, ...], mip_gap: float) -> SolveOutcome:
     """The best point of several solves of one model, bounded by the tightest of their bounds."""
