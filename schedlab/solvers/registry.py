@@ -48,7 +48,7 @@ class ArraySolver:
 
     def __call__(self, model: MilpModel, s: Settings) -> tuple[SolveOutcome, float]:
         """The outcome on the model's arrays and the seconds spent building them, within s.time_limit_s."""
-        # by its method, not isinstance: a runtime protocol's check took ~20 us of a 64-GPU round
+        # by its method, not isinstance: a runtime protocol's check costs ~7 us a call
         decoupled = getattr(model, "decoupled", None) if "lp_first" in self.extra and s.lp_first else None
         if decoupled is not None and (found := decoupled()) is not None:
             return found, 0.0
