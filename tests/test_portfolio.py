@@ -84,6 +84,7 @@ def test_a_race_won_before_cpsat_searches_does_not_wait_for_its_search():
     out = solve_cpsat(_loose_lp_round(), 60.0, 1e-4, stop=stop)
     assert (out.status, out.values, out.message) == ("failed", None, "stopped before its search began")
 
+
 def test_the_race_starts_highs_from_the_better_of_the_lp_first_point_and_the_models_start(monkeypatch):
     # without reduced-cost fixing (which proves this round) the LP-first search leaves it open
     monkeypatch.setattr(highs_direct, "REDUCED_COST_MAX_SHARE", 0.0)
